@@ -1,0 +1,89 @@
+"""Command line: thin glue of probe -> check -> render. Exit codes: see dltune.model."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from dltune import __version__
+from dltune.checks import run_checks
+from dltune.model import AREAS, EXIT_USAGE_OR_ERROR, exit_code
+from dltune.probes import collect_snapshot
+from dltune.report import render_human, render_json
+
+app = typer.Typer(
+    help="Audit and benchmark a deep-learning training node.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+log = logging.getLogger("dltune")
+
+
+class OutputFormat(str, Enum):
+    human = "human"
+    json = "json"
+
+
+def _parse_areas(only: str | None) -> list[str] | None:
+    if only is None:
+        return None
+    areas = [a.strip() for a in only.split(",") if a.strip()]
+    unknown = [a for a in areas if a not in AREAS]
+    if unknown or not areas:
+        raise typer.BadParameter(
+            f"unknown area(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(AREAS)}",
+            param_hint="--only",
+        )
+    return areas
+
+
+@app.command()
+def audit(
+    root: Annotated[
+        Path, typer.Option("--root", help="Read the host's files under this directory (a fixture tree).")
+    ] = Path("/"),
+    output: Annotated[OutputFormat, typer.Option("--format", help="Output format on stdout.")] = (
+        OutputFormat.human
+    ),
+    only: Annotated[
+        str | None, typer.Option("--only", help=f"Comma-separated areas: {','.join(AREAS)}.")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log probe details on stderr.")] = False,
+) -> None:
+    """Read-only audit of this node against what the roles applied. Exit 0 ok, 1 fail, 2 usage/error."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr)
+    areas = _parse_areas(only)
+    if not root.is_dir():
+        raise typer.BadParameter(f"{root} is not a directory", param_hint="--root")
+    snapshot = collect_snapshot(root)
+    for path, error in snapshot.errors.items():
+        log.info("probe could not read %s: %s", path, error)
+    results = run_checks(snapshot, areas)
+    host = socket.gethostname() if str(root) == "/" else f"{socket.gethostname()}:{root}"
+    if output is OutputFormat.json:
+        sys.stdout.write(render_json(results, host, datetime.now(timezone.utc)))
+    else:
+        render_human(results, Console(), host)
+    raise typer.Exit(exit_code(results))
+
+
+@app.command()
+def version() -> None:
+    """Print dltune's version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(EXIT_USAGE_OR_ERROR)

@@ -1,0 +1,68 @@
+"""The contracts every area shares: Status, Result, the areas, and the exit codes."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+AREAS: tuple[str, ...] = ("system", "storage", "driver", "gpu", "nfs", "network", "env", "staging", "bench")
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Exit codes of `dltune audit` / `dltune bench` (DESIGN.md, "Exit codes").
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_USAGE_OR_ERROR = 2
+
+
+@dataclass(frozen=True)
+class Result:
+    """One judgement of one check on one subject (a mount path, a GPU, a VIP... or None)."""
+
+    id: str
+    status: Status
+    summary: str
+    subject: str | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    remedy: str | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    critical: bool = False
+
+    @property
+    def area(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "area": self.area,
+            "subject": self.subject,
+            "status": self.status.value,
+            "summary": self.summary,
+            "evidence": dict(self.evidence),
+            "remedy": self.remedy,
+            "metrics": dict(self.metrics),
+            "critical": self.critical,
+        }
+
+
+def exit_code(results: Iterable[Result]) -> int:
+    """0: no fail and no error; 1: at least one fail; 2: no fail but at least one error."""
+    statuses = {r.status for r in results}
+    if Status.FAIL in statuses:
+        return EXIT_FAIL
+    if Status.ERROR in statuses:
+        return EXIT_USAGE_OR_ERROR
+    return EXIT_OK

@@ -1,0 +1,82 @@
+"""Probes: the only code that reads the host. Every read goes through a HostFS root and every
+command through a CommandRunner; failures are recorded as data, never raised."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dltune.probes.hostfs import HostFS
+from dltune.probes.manifest import MANIFEST_DIR, read_manifest
+from dltune.probes.mounts import FstabEntry, Mount, parse_fstab, parse_mountinfo
+from dltune.probes.runner import CommandRunner, SubprocessRunner
+
+
+@dataclass(frozen=True)
+class RebootState:
+    required: bool
+    packages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the checks judge, read once from the host (or a fixture tree)."""
+
+    root: str
+    mounts: tuple[Mount, ...] = ()
+    fstab: tuple[FstabEntry, ...] = ()
+    mem_total_kb: int | None = None
+    reboot: RebootState = RebootState(required=False)
+    expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    manifest_dir: str = MANIFEST_DIR
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+
+def collect_snapshot(root: str | Path = "/", runner: CommandRunner | None = None) -> Snapshot:
+    fs = HostFS(root)
+    _ = runner or SubprocessRunner()  # the areas of later issues run ip, dpkg-query... through it
+    errors: dict[str, str] = {}
+
+    def read(host_path: str) -> str | None:
+        try:
+            return fs.read_text(host_path)
+        except OSError as exc:
+            errors[host_path] = f"{type(exc).__name__}: {exc.strerror or exc}"
+            return None
+
+    mountinfo = read("/proc/self/mountinfo")
+    fstab = read("/etc/fstab")
+    expected, manifest_errors = read_manifest(fs)
+    errors.update({f"{MANIFEST_DIR}/{name}": msg for name, msg in manifest_errors.items()})
+    return Snapshot(
+        root=str(fs.root),
+        mounts=parse_mountinfo(mountinfo) if mountinfo is not None else (),
+        fstab=parse_fstab(fstab) if fstab is not None else (),
+        mem_total_kb=_mem_total_kb(read("/proc/meminfo")),
+        reboot=_reboot_state(fs),
+        expected=expected,
+        errors=errors,
+    )
+
+
+def _mem_total_kb(meminfo: str | None) -> int | None:
+    for line in (meminfo or "").splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1])
+    return None
+
+
+def _reboot_state(fs: HostFS) -> RebootState:
+    if not fs.exists("/run/reboot-required"):
+        return RebootState(required=False)
+    try:
+        lines = fs.read_text("/run/reboot-required.pkgs").splitlines()
+    except OSError:
+        lines = []
+    # Ubuntu appends a package each time it asks: keep the first mention of each.
+    packages = tuple(dict.fromkeys(line.strip() for line in lines if line.strip()))
+    return RebootState(required=True, packages=packages)

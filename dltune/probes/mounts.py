@@ -1,0 +1,135 @@
+"""Mount table (``/proc/self/mountinfo``) and ``/etc/fstab``, parsed with the kernel's octal escapes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def unescape(field: str) -> str:
+    """Undo the kernel's and fstab's octal escapes (``\\040`` space, ``\\011`` tab, ``\\134`` backslash)."""
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_options(text: str) -> tuple[str, ...]:
+    return tuple(opt for opt in text.split(",") if opt)
+
+
+def option_value(options: tuple[str, ...], name: str) -> str | None:
+    """Value of ``name=value`` in an option list (the last one wins, as in mount(8))."""
+    value = None
+    for opt in options:
+        key, sep, val = opt.partition("=")
+        if key == name and sep:
+            value = val
+    return value
+
+
+@dataclass(frozen=True)
+class Mount:
+    mount_point: str
+    fstype: str
+    source: str
+    mount_options: tuple[str, ...]
+    super_options: tuple[str, ...]
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """Per-mount and superblock options together, as `findmnt -o OPTIONS` shows them."""
+        return self.mount_options + tuple(o for o in self.super_options if o not in self.mount_options)
+
+
+@dataclass(frozen=True)
+class FstabEntry:
+    line_no: int
+    spec: str
+    mount_point: str
+    fstype: str
+    options: tuple[str, ...]
+    freq: int
+    passno: int
+
+
+def parse_mountinfo(text: str) -> tuple[Mount, ...]:
+    mounts = []
+    for line in text.splitlines():
+        fields = line.split(" ")
+        if "-" not in fields:
+            continue
+        sep = fields.index("-")
+        if sep < 6 or len(fields) < sep + 4:
+            continue
+        mounts.append(
+            Mount(
+                mount_point=unescape(fields[4]),
+                fstype=fields[sep + 1],
+                source=unescape(fields[sep + 2]),
+                mount_options=parse_options(fields[5]),
+                super_options=parse_options(fields[sep + 3]),
+            )
+        )
+    return tuple(mounts)
+
+
+def parse_fstab(text: str) -> tuple[FstabEntry, ...]:
+    """Entries of fstab; comments, blank lines and lines with too few fields are skipped."""
+    entries = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        fields = stripped.split()
+        if len(fields) < 3:
+            continue
+        options = parse_options(fields[3]) if len(fields) > 3 else ("defaults",)
+        entries.append(
+            FstabEntry(
+                line_no=line_no,
+                spec=unescape(fields[0]),
+                mount_point=unescape(fields[1]),
+                fstype=fields[2],
+                options=options,
+                freq=_int_or_zero(fields[4]) if len(fields) > 4 else 0,
+                passno=_int_or_zero(fields[5]) if len(fields) > 5 else 0,
+            )
+        )
+    return tuple(entries)
+
+
+def _int_or_zero(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def mount_at(mounts: tuple[Mount, ...], mount_point: str) -> Mount | None:
+    """The mount that is visible at ``mount_point``: the last one mounted there."""
+    found = None
+    for mount in mounts:
+        if mount.mount_point == mount_point:
+            found = mount
+    return found
+
+
+def mount_containing(mounts: tuple[Mount, ...], path: str) -> Mount | None:
+    """The mount whose filesystem holds ``path`` (the longest mount point that is a prefix of it)."""
+    best = None
+    for mount in mounts:
+        prefix = mount.mount_point.rstrip("/") + "/"
+        if (path == mount.mount_point or path.startswith(prefix) or mount.mount_point == "/") and (
+            best is None or len(mount.mount_point) >= len(best.mount_point)
+        ):
+            best = mount
+    return best
+
+
+def fstab_entry_for(entries: tuple[FstabEntry, ...], mount_point: str) -> FstabEntry | None:
+    """The fstab entry that mount(8) would use for ``mount_point`` (the last one wins)."""
+    found = None
+    for entry in entries:
+        if entry.mount_point == mount_point:
+            found = entry
+    return found

@@ -1,0 +1,68 @@
+"""The one way probes run external commands, so tests can feed recorded outputs instead."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class CommandRunner(Protocol):
+    def run(self, argv: Sequence[str], timeout: float = 5.0) -> CommandResult: ...
+
+
+class SubprocessRunner:
+    """Runs argv without a shell, with a timeout; a missing program or a timeout becomes data."""
+
+    def run(self, argv: Sequence[str], timeout: float = 5.0) -> CommandResult:
+        args = tuple(argv)
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+        except FileNotFoundError:
+            return CommandResult(args, 127, "", f"{args[0]}: not found")
+        except subprocess.TimeoutExpired:
+            return CommandResult(args, 124, "", f"{args[0]}: timed out after {timeout:g}s")
+        return CommandResult(args, done.returncode, done.stdout, done.stderr)
+
+
+class RecordedRunner:
+    """Answers from recorded outputs keyed by the command line joined with spaces.
+
+    A command that was not recorded answers like a program that is not installed (127).
+    """
+
+    def __init__(self, recordings: Mapping[str, Mapping[str, object]]) -> None:
+        self._recordings = dict(recordings)
+        self.calls: list[tuple[str, ...]] = []
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> RecordedRunner:
+        return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def run(self, argv: Sequence[str], timeout: float = 5.0) -> CommandResult:
+        args = tuple(argv)
+        self.calls.append(args)
+        rec = self._recordings.get(" ".join(args))
+        if rec is None:
+            return CommandResult(args, 127, "", f"{args[0]}: not recorded")
+        return CommandResult(
+            args,
+            int(rec.get("returncode", 0)),  # type: ignore[call-overload]
+            str(rec.get("stdout", "")),
+            str(rec.get("stderr", "")),
+        )

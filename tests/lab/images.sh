@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Build the lab's Ubuntu images locally (no container registry is reachable): mmdebstrap to a tar
+# file, then `docker import`. An image is rebuilt only when its inputs (package list, this script,
+# release) change: their hash is stored as an image label.
+source "$(dirname "$0")/lib.sh"
+need_root
+command -v mmdebstrap >/dev/null || { log "installing mmdebstrap"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >/dev/null; }
+
+KEYRING_DIR="$BUILD_DIR/ubuntu-keyring"
+ubuntu_keyring() {
+  local keyring="$KEYRING_DIR/usr/share/keyrings/ubuntu-archive-keyring.gpg"
+  if [ ! -s "$keyring" ]; then
+    # Debian has no Ubuntu keyring package: take ubuntu-keyring from the Ubuntu archive itself.
+    local deb_path
+    deb_path=$(curl -fsS "$UBUNTU_MIRROR/dists/noble/main/binary-amd64/Packages.gz" | zcat \
+      | awk '/^Package: ubuntu-keyring$/{p=1} p&&/^Filename:/{print $2; exit}')
+    [ -n "$deb_path" ] || die "cannot find ubuntu-keyring in $UBUNTU_MIRROR"
+    curl -fsS -o "$BUILD_DIR/ubuntu-keyring.deb" "$UBUNTU_MIRROR/$deb_path"
+    rm -rf "$KEYRING_DIR"
+    dpkg-deb -x "$BUILD_DIR/ubuntu-keyring.deb" "$KEYRING_DIR"
+    chmod -R a+rX "$KEYRING_DIR"   # apt downloads as _apt
+  fi
+  echo "$keyring"
+}
+
+build_image() {
+  local release=$1 codename tag inputs_hash current tar keyring packages
+  codename=$(codename_of "$release")
+  tag="$LAB_IMAGE_REPO:$release"
+  packages=$(grep -v '^\s*#' "$LAB_DIR/images/packages.txt" | grep -v '^\s*$' | paste -sd, -)
+  inputs_hash=$(cat "$LAB_DIR/images/packages.txt" "$0" <(echo "$release") | sha256sum | cut -c1-16)
+  current=$(docker image inspect -f '{{ index .Config.Labels "org.dltune.lab.inputs" }}' "$tag" 2>/dev/null || true)
+  if [ "$current" = "$inputs_hash" ]; then
+    log "image $tag is up to date ($inputs_hash)"
+    return 0
+  fi
+  keyring=$(ubuntu_keyring)
+  tar="$BUILD_DIR/images/ubuntu-$release-$inputs_hash.tar"
+  mkdir -p "$BUILD_DIR/images"
+  if [ ! -s "$tar" ]; then
+    log "building $tag ($codename) with: $packages"
+    # Build to a file first: a failed mmdebstrap piped into `docker import` would leave an empty image.
+    rm -f "$BUILD_DIR/images/ubuntu-$release-"*.tar*
+    mmdebstrap --variant=apt --format=tar --components=main,universe --include="$packages" \
+      --keyring="$keyring" --aptopt='Acquire::Retries "3"' \
+      --customize-hook='echo lab-node > "$1/etc/hostname"' \
+      --customize-hook='rm -f "$1/etc/machine-id"; touch "$1/etc/machine-id"' \
+      "$codename" "$tar.partial" \
+      "deb $UBUNTU_MIRROR $codename main universe" \
+      "deb $UBUNTU_MIRROR $codename-updates main universe" \
+      "deb $UBUNTU_MIRROR $codename-security main universe" >&2
+    mv "$tar.partial" "$tar"
+  fi
+  docker import \
+    --change 'CMD ["/sbin/init"]' \
+    --change "LABEL org.dltune.lab.inputs=$inputs_hash" \
+    --change 'ENV container=docker' \
+    "$tar" "$tag" >/dev/null
+  log "built $tag"
+}
+
+for release in ${1:-$LAB_RELEASES}; do
+  timed build_image "$release"
+done

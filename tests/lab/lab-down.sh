@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Stop exactly what lab.sh started, by name and PID: lab containers, loop devices it attached, and
+# the dockerd it started (a Docker service that was already running is left alone).
+source "$(dirname "$0")/lib.sh"
+need_root
+
+if [ -s "$LAB_STATE/containers" ] && docker info >/dev/null 2>&1; then
+  sort -u "$LAB_STATE/containers" | while read -r name; do
+    docker rm -f "$name" >/dev/null 2>&1 && log "removed container $name" || true
+  done
+fi
+rm -f "$LAB_STATE/containers"
+
+if [ -s "$LAB_STATE/loops" ]; then
+  sort -u "$LAB_STATE/loops" | while read -r loop backing; do
+    # Detach only if the device still points at the file the lab attached.
+    if losetup --list --noheadings --output NAME,BACK-FILE | grep -q "^$loop \+$backing\$"; then
+      losetup -d "$loop" && log "detached $loop ($backing)"
+    fi
+  done
+fi
+rm -f "$LAB_STATE/loops"
+
+if [ -s "$LAB_STATE/dockerd.started" ]; then
+  pid=$(cat "$LAB_STATE/dockerd.started")
+  if kill -0 "$pid" 2>/dev/null && [ "$(cat /proc/"$pid"/comm)" = dockerd ]; then
+    kill "$pid"
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    log "stopped dockerd (pid $pid)"
+  fi
+  rm -f "$LAB_STATE/dockerd.started"
+fi

@@ -1,0 +1,32 @@
+# Shared settings of the lab scripts (sourced). Everything the lab starts is recorded under
+# LAB_STATE so that lab-down.sh stops exactly that, by PID, and nothing else.
+set -euo pipefail
+LAB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$LAB_DIR/../.." && pwd)"
+BUILD_DIR="${DLTUNE_BUILD_DIR:-$REPO_ROOT/build}"
+LAB_STATE="${DLTUNE_LAB_STATE:-/var/tmp/dltune-lab}"
+LAB_IMAGE_REPO="${DLTUNE_LAB_IMAGE_REPO:-dltune-lab/ubuntu}"
+LAB_RELEASES="${DLTUNE_LAB_RELEASES:-22.04 24.04}"
+UBUNTU_MIRROR="${DLTUNE_UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}"
+mkdir -p "$LAB_STATE" "$BUILD_DIR"
+
+log() { printf '[lab] %s\n' "$*" >&2; }
+die() { printf '[lab] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Run a command and print how long it took, so CI shows each phase's wall time.
+# A failure still stops the script (set -e): `cmd || ...` here would switch errexit off inside cmd.
+timed() {
+  local start=$EPOCHREALTIME
+  "$@"
+  awk -v a="$start" -v b="$EPOCHREALTIME" -v c="$*" 'BEGIN{printf "[time] %-40s %6.1fs\n", c, b-a}' >&2
+}
+
+codename_of() {
+  case "$1" in
+    22.04) echo jammy ;;
+    24.04) echo noble ;;
+    *) die "unknown Ubuntu release $1 (known: 22.04 24.04)" ;;
+  esac
+}
+
+need_root() { [ "$(id -u)" = 0 ] || die "the lab needs root (Docker engine, loop devices, namespaces)"; }

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The wheelhouse: dltune and its runtime dependencies as wheels, for every target Python (Ubuntu
+# 22.04's 3.10 to 24.04's 3.12), so lab containers and real nodes install dltune offline.
+source "$(dirname "$0")/lib.sh"
+WHEELHOUSE="${DLTUNE_WHEELHOUSE:-$BUILD_DIR/wheelhouse}"
+PY="${PYTHON:-$( [ -x "$REPO_ROOT/.venv/bin/python" ] && echo "$REPO_ROOT/.venv/bin/python" || echo python3)}"
+mkdir -p "$WHEELHOUSE"
+rm -f "$WHEELHOUSE"/*.whl   # no stale versions beside the ones pyproject.toml asks for
+"$PY" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir "$WHEELHOUSE" "$REPO_ROOT"
+requirements=$("$PY" - "$REPO_ROOT/pyproject.toml" <<'PY'
+import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))
+PY
+)
+for pyver in 3.10 3.11 3.12; do
+  # shellcheck disable=SC2086
+  printf '%s\n' "$requirements" | "$PY" -m pip download --quiet --dest "$WHEELHOUSE" \
+    --only-binary=:all: --python-version "$pyver" --platform manylinux2014_x86_64 \
+    --platform manylinux_2_17_x86_64 --implementation cp -r /dev/stdin 2>&1 \
+    | { grep -v "^WARNING: Location" || true; } >&2
+done
+log "wheelhouse: $(ls "$WHEELHOUSE" | wc -l) wheels in $WHEELHOUSE"
