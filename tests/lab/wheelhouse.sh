@@ -19,4 +19,6 @@ for pyver in 3.10 3.11 3.12; do
     --platform manylinux_2_17_x86_64 --implementation cp -r /dev/stdin 2>&1 \
     | { grep -v "^WARNING: Location" || true; } >&2
 done
-log "wheelhouse: $(ls "$WHEELHOUSE" | wc -l) wheels in $WHEELHOUSE"
+# One reproducible archive too: the dltune role ships it to nodes in a single transfer.
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$WHEELHOUSE" -cf "$WHEELHOUSE.tar" .
+log "wheelhouse: $(ls "$WHEELHOUSE" | wc -l) wheels in $WHEELHOUSE (+ $WHEELHOUSE.tar)"
