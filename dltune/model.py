@@ -11,7 +11,7 @@ AREAS: tuple[str, ...] = ("system", "storage", "driver", "gpu", "nfs", "network"
 
 
 class Status(str, enum.Enum):
-    PASS = "pass"
+    PASS = "pass"  # noqa: S105 - a check status, not a password
     WARN = "warn"
     FAIL = "fail"
     SKIP = "skip"

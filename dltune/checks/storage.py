@@ -60,7 +60,10 @@ def tmp_tmpfs(snap: Snapshot) -> Result:
 
     if "/proc/self/mountinfo" in snap.errors:
         return Result(
-            check_id, Status.ERROR, "cannot read the mount table", subject=mount_point,
+            check_id,
+            Status.ERROR,
+            "cannot read the mount table",
+            subject=mount_point,
             evidence={"error": snap.errors["/proc/self/mountinfo"]},
         )
 
@@ -89,14 +92,20 @@ def tmp_tmpfs(snap: Snapshot) -> Result:
     if live is None or live.fstype != "tmpfs":
         if fstab_ok:
             return Result(
-                check_id, Status.WARN,
+                check_id,
+                Status.WARN,
                 f"{mount_point} is configured as a tmpfs in fstab but not mounted yet: active after reboot",
-                subject=mount_point, evidence=evidence,
+                subject=mount_point,
+                evidence=evidence,
                 remedy="reboot the node (role tmpfs_tmp does not mount over a /tmp that holds files)",
             )
         return Result(
-            check_id, drift, f"{mount_point} is not a tmpfs and fstab does not make it one",
-            subject=mount_point, evidence=evidence, remedy=remedy,
+            check_id,
+            drift,
+            f"{mount_point} is not a tmpfs and fstab does not make it one",
+            subject=mount_point,
+            evidence=evidence,
+            remedy=remedy,
         )
 
     problems = []
@@ -117,12 +126,19 @@ def tmp_tmpfs(snap: Snapshot) -> Result:
         problems.append("fstab has no matching tmpfs line, so the setting is lost at reboot")
     if problems:
         return Result(
-            check_id, drift, f"{mount_point} is a tmpfs but " + "; ".join(problems),
-            subject=mount_point, evidence=evidence, remedy=remedy,
+            check_id,
+            drift,
+            f"{mount_point} is a tmpfs but " + "; ".join(problems),
+            subject=mount_point,
+            evidence=evidence,
+            remedy=remedy,
             metrics={"size_bytes": float(live_size_kb * 1024)} if live_size_kb else {},
         )
     return Result(
-        check_id, Status.PASS, f"{mount_point} is a tmpfs of {want_size} with {','.join(sorted(_flags(want_options)))}",
-        subject=mount_point, evidence=evidence,
+        check_id,
+        Status.PASS,
+        f"{mount_point} is a tmpfs of {want_size} with {','.join(sorted(_flags(want_options)))}",
+        subject=mount_point,
+        evidence=evidence,
         metrics={"size_bytes": float(live_size_kb * 1024)} if live_size_kb else {},
     )

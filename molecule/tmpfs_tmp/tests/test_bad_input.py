@@ -32,20 +32,31 @@ def test_bad_input_is_refused_before_any_change(host: Any, extra_vars: str, name
     if "tmp_clean" not in groups_of(host) or "noble" in host.backend.get_hostname():
         pytest.skip("run once, against the jammy node")
     name = host.backend.get_hostname()
-    before = host.run("sha256sum /etc/fstab /etc/dltune/expected.d/tmpfs_tmp.json && findmnt -no OPTIONS /tmp")
+    before = host.run(
+        "sha256sum /etc/fstab /etc/dltune/expected.d/tmpfs_tmp.json && findmnt -no OPTIONS /tmp"
+    )
     run = subprocess.run(
         [
-            "ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--limit", name,
-            "-e", extra_vars, str(SCENARIO / "bad_input.yml"),
+            "ansible-playbook",
+            "-i",
+            os.environ["MOLECULE_INVENTORY_FILE"],
+            "--limit",
+            name,
+            "-e",
+            extra_vars,
+            str(SCENARIO / "bad_input.yml"),
         ],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
         env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"},
     )
     assert run.returncode != 0, run.stdout[-3000:]
     report = json.loads(run.stdout)
     failures = [
         str(task["hosts"][name].get("msg", ""))
-        for play in report["plays"] for task in play["tasks"]
+        for play in report["plays"]
+        for task in play["tasks"]
         if task["hosts"].get(name, {}).get("failed")
     ]
     assert len(failures) == 1 and named in failures[0], failures

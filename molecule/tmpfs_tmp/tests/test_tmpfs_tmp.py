@@ -13,7 +13,8 @@ FSTAB_LINE = "tmpfs /tmp tmpfs noatime,nosuid,nodev,mode=1777,size=10% 0 0"
 
 def test_fstab_has_exactly_one_tmpfs_line_for_tmp(host: Any) -> None:
     lines = [
-        line.split() for line in host.file("/etc/fstab").content_string.splitlines()
+        line.split()
+        for line in host.file("/etc/fstab").content_string.splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
     tmp_lines = [fields for fields in lines if len(fields) > 1 and fields[1] == "/tmp"]
@@ -31,7 +32,14 @@ def test_manifest_fragment_records_what_was_applied(host: Any) -> None:
     assert data["options"] == ["noatime", "nosuid", "nodev", "mode=1777", "size=10%"]
     # No timestamps or run-dependent keys: the fragment changes only when what it describes changes.
     assert set(data) == {
-        "schema_version", "role", "tool_version", "mount_point", "fstype", "size", "options", "live_mount",
+        "schema_version",
+        "role",
+        "tool_version",
+        "mount_point",
+        "fstype",
+        "size",
+        "options",
+        "live_mount",
     }
 
 

@@ -1,0 +1,71 @@
+# Two commands for a fresh machine (run as root: the lab starts a Docker engine):
+#   make demo   the lab, site.yml on its nodes, then the audit of each node
+#   make test   everything CI runs: venv, lab, linters, pytest, every molecule scenario, lab down
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+
+.PHONY: help venv lab lab-down images wheelhouse lint unit pytest molecule test demo bench clean
+
+help:
+	@grep -E '^#' Makefile | head -4
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+lab: venv
+	bash tests/lab/lab.sh
+
+lab-down:
+	bash tests/lab/lab-down.sh
+
+images:
+	bash tests/lab/images.sh
+
+wheelhouse: venv
+	bash tests/lab/wheelhouse.sh
+
+lint: venv
+	ruff check .
+	ruff format --check .
+	mypy
+	yamllint --strict .
+	ansible-lint
+
+unit: venv
+	pytest tests/unit
+
+# Needs the lab (make lab): DLTUNE_LAB_REQUIRED turns a missing lab into a failure, not a skip.
+pytest: venv
+	DLTUNE_LAB_REQUIRED=1 pytest
+
+molecule: venv
+	@for s in $(SCENARIOS); do \
+	  start=$$(date +%s); \
+	  molecule test -s $$s || exit 1; \
+	  echo "[time] molecule $$s: $$(( $$(date +%s) - start ))s"; \
+	done
+
+test:
+	bash tests/run_all.sh
+
+demo: lab
+	ansible-playbook site.yml -i inventory
+	ansible-playbook playbooks/audit.yml -i inventory
+	@for node in $$(docker ps --filter label=org.dltune.lab=node --format '{{.Names}}' | sort); do \
+	  docker exec $$node runuser -u nobody -- dltune audit || true; \
+	done
+
+bench: venv
+	$(PY) benchmarks/audit_speed.py
+
+clean: lab-down
+	rm -rf build .cache

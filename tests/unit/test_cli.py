@@ -1,0 +1,73 @@
+"""The CLI through typer's CliRunner, with its JSON parsed."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from typer.testing import CliRunner
+
+from dltune import SCHEMA_VERSION, __version__
+from dltune.cli import app
+from tests.conftest import FIXTURES
+
+runner = CliRunner()
+
+
+def audit(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, ["audit", *args])
+
+
+def test_json_envelope_of_a_fixture_tree() -> None:
+    out = audit("--root", str(FIXTURES / "tmp_tmpfs_ok"), "--format", "json")
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert doc["tool_version"] == __version__
+    assert datetime.fromisoformat(doc["valid_until"]) > datetime.fromisoformat(doc["time"])
+    ids = {r["id"]: r for r in doc["results"]}
+    tmp = ids["storage.tmp_tmpfs"]
+    assert tmp["status"] == "pass" and tmp["area"] == "storage" and tmp["subject"] == "/tmp"
+    assert set(tmp) == {
+        "id",
+        "area",
+        "subject",
+        "status",
+        "summary",
+        "evidence",
+        "remedy",
+        "metrics",
+        "critical",
+    }
+
+
+def test_drift_exits_one_and_only_filters_areas() -> None:
+    out = audit("--root", str(FIXTURES / "tmp_drift_managed"), "--format", "json", "--only", "storage")
+    assert out.exit_code == 1
+    doc = json.loads(out.stdout)
+    assert [r["id"] for r in doc["results"]] == ["storage.tmp_tmpfs"]
+    assert doc["results"][0]["status"] == "fail"
+
+
+def test_only_system_skips_storage_findings() -> None:
+    out = audit("--root", str(FIXTURES / "tmp_drift_managed"), "--format", "json", "--only", "system")
+    assert out.exit_code == 0
+    assert [r["id"] for r in json.loads(out.stdout)["results"]] == ["system.reboot_required"]
+
+
+def test_human_table_names_check_and_status() -> None:
+    out = audit("--root", str(FIXTURES / "tmp_pending_reboot"))
+    assert out.exit_code == 0
+    assert "storage.tmp_tmpfs" in out.stdout and "WARN" in out.stdout
+
+
+def test_usage_errors_exit_two_and_name_the_option() -> None:
+    bad_area = audit("--only", "storage,gpuz")
+    assert bad_area.exit_code == 2 and "--only" in bad_area.output and "gpuz" in bad_area.output
+    bad_root = audit("--root", "/nonexistent/tree")
+    assert bad_root.exit_code == 2 and "--root" in bad_root.output
+
+
+def test_version() -> None:
+    out = runner.invoke(app, ["version"])
+    assert out.exit_code == 0 and out.stdout.strip() == __version__

@@ -1,0 +1,50 @@
+"""Project-wide contracts: one version everywhere, role specs that match their defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+
+from tests.conftest import REPO_ROOT
+
+ROLES = sorted(p.name for p in (REPO_ROOT / "roles").iterdir() if p.is_dir())
+
+
+def test_roles_write_the_project_version() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    role_vars = yaml.safe_load((REPO_ROOT / "roles/dltune/vars/main.yml").read_text())
+    assert role_vars["dltune__project_version"] == project
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_specs_document_every_default_with_the_same_value(role: str) -> None:
+    defaults_file = REPO_ROOT / "roles" / role / "defaults/main.yml"
+    defaults = yaml.safe_load(defaults_file.read_text()) or {}
+    spec = yaml.safe_load((REPO_ROOT / "roles" / role / "meta/argument_specs.yml").read_text())
+    options = spec["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options), f"{role}: defaults and argument_specs list different variables"
+    for name, value in defaults.items():
+        assert name.startswith(f"{role}_"), f"{name} is not prefixed with the role name"
+        documented = options[name].get("default")
+        if isinstance(value, str) and "{{" in value:
+            continue  # computed defaults are described in words in the spec
+        assert documented == value, f"{role}: {name} default {value!r} but argument_specs says {documented!r}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_role_has_a_readme_and_a_scenario_or_a_reason(role: str) -> None:
+    assert (REPO_ROOT / "roles" / role / "README.md").is_file()
+    scenario = REPO_ROOT / "molecule" / role / "molecule.yml"
+    covered_by_default = role == "dltune"  # installed and used by every scenario that audits
+    assert scenario.is_file() or covered_by_default
+
+
+def test_site_imports_a_playbook_per_tuning() -> None:
+    site = yaml.safe_load((REPO_ROOT / "site.yml").read_text())
+    imported = [Path(play["ansible.builtin.import_playbook"]).stem for play in site]
+    assert imported[0] == "dltune"
+    for role in ROLES:
+        assert role in imported, f"site.yml does not import playbooks/{role}.yml"
