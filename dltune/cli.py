@@ -87,3 +87,7 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         sys.exit(EXIT_USAGE_OR_ERROR)
+
+
+if __name__ == "__main__":
+    main()
