@@ -6,7 +6,7 @@ WHEELHOUSE="${DLTUNE_WHEELHOUSE:-$BUILD_DIR/wheelhouse}"
 PY="${PYTHON:-$( [ -x "$REPO_ROOT/.venv/bin/python" ] && echo "$REPO_ROOT/.venv/bin/python" || echo python3)}"
 mkdir -p "$WHEELHOUSE"
 rm -f "$WHEELHOUSE"/*.whl   # no stale versions beside the ones pyproject.toml asks for
-"$PY" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir "$WHEELHOUSE" "$REPO_ROOT"
+"$PY" -m pip wheel --quiet --no-deps --wheel-dir "$WHEELHOUSE" "$REPO_ROOT"
 requirements=$("$PY" - "$REPO_ROOT/pyproject.toml" <<'PY'
 import sys, tomllib
 print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))
