@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -10,6 +11,7 @@ from dltune.checks import check
 from dltune.model import Result, Status
 from dltune.probes import Snapshot
 from dltune.probes.mounts import fstab_entry_for, mount_at, mount_containing, option_value
+from dltune.probes.storage import looks_like_data_mount
 
 # Built-in best practice when role tmpfs_tmp left no manifest fragment (mirrors its defaults).
 TMPFS_TMP_DEFAULTS: Mapping[str, Any] = {
@@ -141,4 +143,236 @@ def tmp_tmpfs(snap: Snapshot) -> Result:
         subject=mount_point,
         evidence=evidence,
         metrics={"size_bytes": float(live_size_kb * 1024)} if live_size_kb else {},
+    )
+
+
+# --- data disks (role data_disks) -------------------------------------------------------------
+
+_DATA_REMEDY = "apply role data_disks (data_disks_devices, data_disks_system_noatime)"
+# Options that must show on the live mount when fstab has them; the rest never show live.
+_LIVE_VISIBLE = frozenset(
+    {"noatime", "relatime", "strictatime", "nodiratime", "ro", "nosuid", "nodev", "noexec"}
+)
+SPACE_WARN, SPACE_FAIL = 0.10, 0.03  # free fraction of bytes or inodes
+
+
+def _atime_mode(options: tuple[str, ...]) -> str:
+    for mode in ("noatime", "strictatime", "relatime"):
+        if mode in options:
+            return mode
+    return "relatime (kernel default)"
+
+
+def _managed_data_mounts(snap: Snapshot) -> list[dict[str, Any]] | None:
+    fragment = snap.expected.get("data_disks")
+    if fragment is None:
+        return None
+    disks = [dict(d) for d in fragment.get("disks", []) if isinstance(d, Mapping)]
+    disks += [{"mount_point": str(mp), "system": True} for mp in fragment.get("system_noatime", [])]
+    return disks
+
+
+@check("storage.data_noatime")
+def data_noatime(snap: Snapshot) -> list[Result]:
+    check_id = "storage.data_noatime"
+    managed = _managed_data_mounts(snap)
+    if managed is None:
+        candidates = [m for m in snap.mounts if looks_like_data_mount(m)]
+        if not candidates:
+            return [
+                Result(check_id, Status.SKIP, "no data mounts found (and no manifest from role data_disks)")
+            ]
+        results = []
+        for mount in candidates:
+            mode = _atime_mode(mount.options)
+            advice: dict[str, Any] = {
+                "judged_against": "built-in best practice (no manifest from role data_disks)",
+                "fstype": mount.fstype,
+                "source": mount.source,
+                "atime": mode,
+            }
+            if mode == "noatime":
+                results.append(
+                    Result(
+                        check_id,
+                        Status.PASS,
+                        f"{mount.mount_point} is mounted noatime",
+                        subject=mount.mount_point,
+                        evidence=advice,
+                    )
+                )
+            else:
+                results.append(
+                    Result(
+                        check_id,
+                        Status.WARN,
+                        f"{mount.mount_point} ({mount.fstype}) is mounted {mode}: "
+                        "reads write access times; noatime avoids that",
+                        subject=mount.mount_point,
+                        evidence=advice,
+                        remedy="add it to data_disks_devices (role data_disks), or: mount -o remount,noatime "
+                        f"{mount.mount_point}",
+                    )
+                )
+        return results
+
+    results = []
+    for disk in managed:
+        mp = str(disk["mount_point"])
+        live = mount_at(snap.mounts, mp)
+        evidence: dict[str, Any] = {
+            "judged_against": f"manifest {snap.manifest_dir}/data_disks.json",
+            "live_options": list(live.options) if live else None,
+        }
+        remedy = f"{_DATA_REMEDY}; now: mount -o remount,noatime {mp}"
+        if live is None:
+            results.append(
+                Result(
+                    check_id,
+                    Status.FAIL,
+                    f"{mp} is not mounted",
+                    subject=mp,
+                    evidence=evidence,
+                    remedy=f"{_DATA_REMEDY}; now: mount {mp}",
+                )
+            )
+        elif "noatime" not in live.options:
+            results.append(
+                Result(
+                    check_id,
+                    Status.FAIL,
+                    f"{mp} is mounted {_atime_mode(live.options)}, but role data_disks applied noatime",
+                    subject=mp,
+                    evidence=evidence,
+                    remedy=remedy,
+                )
+            )
+        else:
+            results.append(
+                Result(check_id, Status.PASS, f"{mp} is mounted noatime", subject=mp, evidence=evidence)
+            )
+    return results
+
+
+@check("storage.data_fstab")
+def data_fstab(snap: Snapshot) -> list[Result]:
+    """fstab and the live mount agree with the manifest: same UUID, same options, UUID present."""
+    check_id = "storage.data_fstab"
+    fragment = snap.expected.get("data_disks")
+    if fragment is None:
+        return [Result(check_id, Status.SKIP, "no manifest from role data_disks: nothing to compare")]
+    results = []
+    for disk in fragment.get("disks", []):
+        mp, uuid = str(disk["mount_point"]), str(disk.get("uuid", ""))
+        want_options = [str(o) for o in disk.get("options", [])]
+        entry = fstab_entry_for(snap.fstab, mp)
+        live = mount_at(snap.mounts, mp)
+        device = snap.uuid_devices.get(uuid)
+        evidence: dict[str, Any] = {
+            "uuid": uuid,
+            "expected_options": want_options,
+            "fstab_spec": entry.spec if entry else None,
+            "fstab_options": list(entry.options) if entry else None,
+            "uuid_device": device if uuid in snap.uuid_devices else "unknown (needs udev links or root)",
+            "live_source": live.source if live else None,
+        }
+        problems = []
+        if entry is None:
+            problems.append("no fstab line")
+        else:
+            if entry.spec != f"UUID={uuid}":
+                problems.append(f"fstab mounts {entry.spec}, not UUID={uuid}")
+            if set(entry.options) != set(want_options):
+                problems.append(
+                    f"fstab options {','.join(entry.options)} differ from {','.join(want_options)}"
+                )
+            if live is not None:
+                missing = sorted((set(entry.options) & _LIVE_VISIBLE) - set(live.options))
+                if missing:
+                    problems.append(f"live mount lacks {','.join(missing)} that fstab has")
+        if uuid in snap.uuid_devices:
+            if device is None:
+                problems.append(f"no device has UUID {uuid} (disk missing or reformatted)")
+            elif live is not None and os.path.realpath(live.source) != os.path.realpath(device):
+                problems.append(f"{mp} is mounted from {live.source}, but UUID {uuid} is {device}")
+        if problems:
+            results.append(
+                Result(
+                    check_id,
+                    Status.FAIL,
+                    f"{mp}: " + "; ".join(problems),
+                    subject=mp,
+                    evidence=evidence,
+                    remedy=_DATA_REMEDY,
+                )
+            )
+        else:
+            results.append(
+                Result(
+                    check_id,
+                    Status.PASS,
+                    f"{mp}: fstab mounts UUID={uuid} with the applied options",
+                    subject=mp,
+                    evidence=evidence,
+                )
+            )
+    return results
+
+
+@check("storage.data_space")
+def data_space(snap: Snapshot) -> list[Result]:
+    check_id = "storage.data_space"
+    results = []
+    for mp, space in sorted(snap.space.items()):
+        free = space.free_bytes / space.total_bytes if space.total_bytes else 1.0
+        ifree = space.free_inodes / space.total_inodes if space.total_inodes else 1.0  # btrfs: no inode limit
+        metrics = {
+            "free_bytes": float(space.free_bytes),
+            "total_bytes": float(space.total_bytes),
+            "free_inodes": float(space.free_inodes),
+            "total_inodes": float(space.total_inodes),
+        }
+        fractions = {"free_fraction": round(free, 4), "free_inode_fraction": round(ifree, 4)}
+        worst = min(free, ifree)
+        what = "inodes" if ifree < free else "space"
+        if worst < SPACE_FAIL:
+            status = Status.FAIL
+        elif worst < SPACE_WARN:
+            status = Status.WARN
+        else:
+            status = Status.PASS
+        summary = (
+            f"{mp}: {free:.0%} space and {ifree:.0%} inodes free"
+            if status is Status.PASS
+            else f"{mp}: only {worst:.1%} {what} free"
+        )
+        results.append(
+            Result(
+                check_id,
+                status,
+                summary,
+                subject=mp,
+                evidence=fractions,
+                metrics=metrics,
+                remedy=None
+                if status is Status.PASS
+                else f"free {what} on {mp} (stale datasets, old job scratch)",
+            )
+        )
+    return results
+
+
+@check("storage.fstab_parse")
+def fstab_parse(snap: Snapshot) -> Result:
+    if not snap.fstab.unparsed:
+        return Result("storage.fstab_parse", Status.PASS, "every fstab line parses")
+    lines = [f"line {u.line_no}: {u.reason}" for u in snap.fstab.unparsed]
+    return Result(
+        "storage.fstab_parse",
+        Status.WARN,
+        f"{len(lines)} fstab line(s) mount(8) cannot use",
+        evidence={
+            "lines": [{"line_no": u.line_no, "text": u.text, "reason": u.reason} for u in snap.fstab.unparsed]
+        },
+        remedy="fix or comment out the lines in /etc/fstab (findmnt --verify shows them too)",
     )

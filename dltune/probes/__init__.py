@@ -10,8 +10,9 @@ from typing import Any
 
 from dltune.probes.hostfs import HostFS
 from dltune.probes.manifest import MANIFEST_DIR, read_manifest
-from dltune.probes.mounts import FstabEntry, Mount, parse_fstab, parse_mountinfo
-from dltune.probes.runner import CommandRunner, SubprocessRunner
+from dltune.probes.mounts import Fstab, Mount, parse_fstab, parse_mountinfo
+from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
+from dltune.probes.storage import SpaceInfo, data_mount_points, resolve_uuids, space_of
 
 
 @dataclass(frozen=True)
@@ -26,17 +27,22 @@ class Snapshot:
 
     root: str
     mounts: tuple[Mount, ...] = ()
-    fstab: tuple[FstabEntry, ...] = ()
+    fstab: Fstab = field(default_factory=Fstab)
     mem_total_kb: int | None = None
     reboot: RebootState = RebootState(required=False)
     expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     manifest_dir: str = MANIFEST_DIR
+    # UUID -> device path; None: looked up and not found; missing key: could not look it up.
+    uuid_devices: Mapping[str, str | None] = field(default_factory=dict)
+    space: Mapping[str, SpaceInfo] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
 
 
 def collect_snapshot(root: str | Path = "/", runner: CommandRunner | None = None) -> Snapshot:
     fs = HostFS(root)
-    _ = runner or SubprocessRunner()  # the areas of later issues run ip, dpkg-query... through it
+    if runner is None:
+        # A fixture tree must never be judged with this host's command outputs.
+        runner = SubprocessRunner() if fs.root == Path("/") else RecordedRunner.for_fixture_root(fs.root)
     errors: dict[str, str] = {}
 
     def read(host_path: str) -> str | None:
@@ -50,13 +56,18 @@ def collect_snapshot(root: str | Path = "/", runner: CommandRunner | None = None
     fstab = read("/etc/fstab")
     expected, manifest_errors = read_manifest(fs)
     errors.update({f"{MANIFEST_DIR}/{name}": msg for name, msg in manifest_errors.items()})
+    mounts = parse_mountinfo(mountinfo) if mountinfo is not None else ()
+    disks = expected.get("data_disks", {}).get("disks", [])
+    uuids = [str(d["uuid"]) for d in disks if isinstance(d, dict) and d.get("uuid")]
     return Snapshot(
         root=str(fs.root),
-        mounts=parse_mountinfo(mountinfo) if mountinfo is not None else (),
-        fstab=parse_fstab(fstab) if fstab is not None else (),
+        mounts=mounts,
+        fstab=parse_fstab(fstab) if fstab is not None else Fstab(),
         mem_total_kb=_mem_total_kb(read("/proc/meminfo")),
         reboot=_reboot_state(fs),
         expected=expected,
+        uuid_devices=resolve_uuids(fs, runner, uuids),
+        space=space_of(fs, data_mount_points(mounts, expected)),
         errors=errors,
     )
 

@@ -73,36 +73,70 @@ def parse_mountinfo(text: str) -> tuple[Mount, ...]:
     return tuple(mounts)
 
 
-def parse_fstab(text: str) -> tuple[FstabEntry, ...]:
-    """Entries of fstab; comments, blank lines and lines with too few fields are skipped."""
+@dataclass(frozen=True)
+class UnparsedLine:
+    """A line mount(8) could not use: reported by the audit, never dropped silently."""
+
+    line_no: int
+    text: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fstab:
+    entries: tuple[FstabEntry, ...] = ()
+    unparsed: tuple[UnparsedLine, ...] = ()
+
+
+def escape(field: str) -> str:
+    """fstab's escaping of a field: space, tab, newline and backslash as octal."""
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in field)
+
+
+def render_fstab_line(entry: FstabEntry) -> str:
+    return " ".join(
+        [
+            escape(entry.spec),
+            escape(entry.mount_point),
+            entry.fstype,
+            ",".join(entry.options) or "defaults",
+            str(entry.freq),
+            str(entry.passno),
+        ]
+    )
+
+
+def parse_fstab(text: str) -> Fstab:
+    """Entries of fstab; comments and blank lines are skipped, malformed lines are kept as unparsed."""
     entries = []
+    unparsed = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
         fields = stripped.split()
+        reason = None
         if len(fields) < 3:
+            reason = f"{len(fields)} field(s), at least 3 needed (spec, mount point, type)"
+        elif len(fields) > 6:
+            reason = f"{len(fields)} fields, at most 6 allowed"
+        elif any(not f.isdigit() for f in fields[4:6]):
+            reason = "dump and pass must be numbers"
+        if reason is not None:
+            unparsed.append(UnparsedLine(line_no, line, reason))
             continue
-        options = parse_options(fields[3]) if len(fields) > 3 else ("defaults",)
         entries.append(
             FstabEntry(
                 line_no=line_no,
                 spec=unescape(fields[0]),
                 mount_point=unescape(fields[1]),
                 fstype=fields[2],
-                options=options,
-                freq=_int_or_zero(fields[4]) if len(fields) > 4 else 0,
-                passno=_int_or_zero(fields[5]) if len(fields) > 5 else 0,
+                options=parse_options(fields[3]) if len(fields) > 3 else ("defaults",),
+                freq=int(fields[4]) if len(fields) > 4 else 0,
+                passno=int(fields[5]) if len(fields) > 5 else 0,
             )
         )
-    return tuple(entries)
-
-
-def _int_or_zero(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        return 0
+    return Fstab(tuple(entries), tuple(unparsed))
 
 
 def mount_at(mounts: tuple[Mount, ...], mount_point: str) -> Mount | None:
@@ -126,10 +160,10 @@ def mount_containing(mounts: tuple[Mount, ...], path: str) -> Mount | None:
     return best
 
 
-def fstab_entry_for(entries: tuple[FstabEntry, ...], mount_point: str) -> FstabEntry | None:
+def fstab_entry_for(fstab: Fstab, mount_point: str) -> FstabEntry | None:
     """The fstab entry that mount(8) would use for ``mount_point`` (the last one wins)."""
     found = None
-    for entry in entries:
+    for entry in fstab.entries:
         if entry.mount_point == mount_point:
             found = entry
     return found

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+# A fixture tree for `dltune audit --root` keeps the outputs of the commands probes run here.
+RECORDINGS_FILE = "dltune-commands.json"
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -53,6 +56,12 @@ class RecordedRunner:
     @classmethod
     def from_file(cls, path: str | Path) -> RecordedRunner:
         return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    @classmethod
+    def for_fixture_root(cls, root: str | Path) -> RecordedRunner:
+        """A fixture tree's recorded commands (``<root>/dltune-commands.json``), or none at all."""
+        path = Path(root) / RECORDINGS_FILE
+        return cls.from_file(path) if path.is_file() else cls({})
 
     def run(self, argv: Sequence[str], timeout: float = 5.0) -> CommandResult:
         args = tuple(argv)

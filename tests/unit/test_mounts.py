@@ -47,7 +47,8 @@ def test_mount_containing_picks_the_longest_prefix_not_a_sibling_name() -> None:
 
 def test_fstab_skips_comments_and_reads_tabs_and_escapes() -> None:
     entries = parse_fstab((FIXTURES / "tmp_tmpfs_ok/etc/fstab").read_text())
-    assert [e.mount_point for e in entries] == ["/", "/mnt/data disk", "/tmp"]
+    assert [e.mount_point for e in entries.entries] == ["/", "/mnt/data disk", "/tmp"]
+    assert entries.unparsed == ()
     root = fstab_entry_for(entries, "/")
     assert root is not None and root.options == ("errors=remount-ro",) and root.passno == 1
     tmp = fstab_entry_for(entries, "/tmp")
@@ -55,7 +56,7 @@ def test_fstab_skips_comments_and_reads_tabs_and_escapes() -> None:
 
 
 def test_fstab_line_with_missing_fields_defaults_like_mount() -> None:
-    (entry,) = parse_fstab("tmpfs /tmp tmpfs\n")
+    (entry,) = parse_fstab("tmpfs /tmp tmpfs\n").entries
     assert entry.options == ("defaults",) and entry.freq == 0 and entry.passno == 0
 
 

@@ -1,0 +1,91 @@
+"""Storage facts beyond the mount table: which device a UUID names, free space and inodes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dltune.probes.hostfs import HostFS
+from dltune.probes.mounts import Mount
+from dltune.probes.runner import CommandRunner
+
+# Filesystems that hold data on local block devices; the audit advises noatime on these.
+DATA_FSTYPES = frozenset({"ext4", "ext3", "xfs", "btrfs", "f2fs"})
+# Mount points that belong to the OS, not to data (the role's data_disks_system_noatime covers them).
+SYSTEM_MOUNT_POINTS = frozenset({"/", "/boot", "/boot/efi", "/usr", "/var", "/var/log"})
+STATVFS_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class SpaceInfo:
+    total_bytes: int
+    free_bytes: int
+    total_inodes: int
+    free_inodes: int
+
+
+def looks_like_data_mount(mount: Mount) -> bool:
+    return (
+        mount.fstype in DATA_FSTYPES
+        and mount.source.startswith("/dev/")
+        and mount.mount_point not in SYSTEM_MOUNT_POINTS
+        and not mount.mount_point.startswith(("/snap/", "/var/lib/docker", "/boot/"))
+    )
+
+
+def data_mount_points(mounts: Iterable[Mount], expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The role's data disks when it left a manifest, else the mounts that look like data."""
+    fragment = expected.get("data_disks")
+    if fragment is not None:
+        return [str(d["mount_point"]) for d in fragment.get("disks", []) if isinstance(d, dict)]
+    return sorted({m.mount_point for m in mounts if looks_like_data_mount(m)})
+
+
+def resolve_uuids(fs: HostFS, runner: CommandRunner, uuids: Iterable[str]) -> dict[str, str | None]:
+    """Device of each filesystem UUID: udev's by-uuid link, else `blkid -U` (root, or its cache)."""
+    found: dict[str, str | None] = {}
+    for uuid in uuids:
+        link = fs.path(f"/dev/disk/by-uuid/{uuid}")
+        if link.is_symlink():
+            # Resolve by name, as the host sees it: a fixture tree's links point outside the tree.
+            found[uuid] = os.path.normpath(os.path.join("/dev/disk/by-uuid", os.readlink(link)))
+            continue
+        answer = runner.run(["blkid", "-U", uuid])
+        if answer.ok and answer.stdout.strip():
+            found[uuid] = answer.stdout.strip()
+        elif answer.returncode == 2 and os.geteuid() == 0:
+            found[uuid] = None  # blkid probed every device as root and none has this UUID
+    return found
+
+
+def _statvfs_with_timeout(path: str, timeout: float) -> os.statvfs_result | None:
+    """statvfs in a daemon thread: a hung network mount costs the timeout, never the audit."""
+    box: list[os.statvfs_result] = []
+
+    def probe() -> None:
+        with contextlib.suppress(OSError):
+            box.append(os.statvfs(path))
+
+    worker = threading.Thread(target=probe, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return box[0] if box else None
+
+
+def space_of(fs: HostFS, mount_points: Iterable[str]) -> dict[str, SpaceInfo]:
+    result: dict[str, SpaceInfo] = {}
+    for mp in mount_points:
+        st = _statvfs_with_timeout(str(fs.path(mp)), STATVFS_TIMEOUT_S)
+        if st is None:
+            continue
+        result[mp] = SpaceInfo(
+            total_bytes=st.f_blocks * st.f_frsize,
+            free_bytes=st.f_bavail * st.f_frsize,
+            total_inodes=st.f_files,
+            free_inodes=st.f_favail,
+        )
+    return result
