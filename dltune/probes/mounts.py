@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+_BLANKS = re.compile(r"[ \t]+")
 
 
 def unescape(field: str) -> str:
@@ -54,7 +55,7 @@ class FstabEntry:
 
 def parse_mountinfo(text: str) -> tuple[Mount, ...]:
     mounts = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         fields = line.split(" ")
         if "-" not in fields:
             continue
@@ -110,11 +111,13 @@ def parse_fstab(text: str) -> Fstab:
     """Entries of fstab; comments and blank lines are skipped, malformed lines are kept as unparsed."""
     entries = []
     unparsed = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
+    # libmount's grammar: lines end at \n only, fields are separated by blanks (space, tab);
+    # any other character, even a form feed, is part of a field.
+    for line_no, line in enumerate(text.split("\n"), start=1):
+        stripped = line.strip(" \t\r")
         if not stripped or stripped.startswith("#"):
             continue
-        fields = stripped.split()
+        fields = _BLANKS.split(stripped)
         reason = None
         if len(fields) < 3:
             reason = f"{len(fields)} field(s), at least 3 needed (spec, mount point, type)"
