@@ -1,0 +1,213 @@
+"""Filters of role data_disks: pure functions, unit-tested in tests/unit/test_data_disks_filters.py.
+
+- ``data_disks_plan``: what to do with each disk, from what the probes saw, with every refusal
+  spelled out before anything changes.
+- ``data_disks_fstab``: the new /etc/fstab text: data disk lines added or replaced in place, noatime
+  added to system mount lines, every other line (comments, foreign entries) kept byte for byte.
+- ``data_disks_verify_errors``: the ``[E]`` findings of ``findmnt --verify`` as (target, message).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+ATIME_OPTIONS = frozenset({"atime", "noatime", "relatime", "norelatime", "strictatime", "nostrictatime"})
+_FIELD = re.compile(r"[^ \t]+")
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(text: str) -> str:
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), text)
+
+
+def _escape(text: str) -> str:
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in text)
+
+
+def _entry_fields(line: str) -> list[re.Match[str]] | None:
+    stripped = line.strip(" \t\r")
+    if not stripped or stripped.startswith("#"):
+        return None
+    fields = list(_FIELD.finditer(line.rstrip("\r")))
+    return fields if len(fields) >= 2 else None
+
+
+def _normalized(fields: list[str]) -> tuple[str, ...]:
+    """fstab fields with mount(8)'s defaults filled in and escapes undone, for comparison."""
+    if 3 <= len(fields) < 6:
+        fields = [*fields, *["defaults", "0", "0"][len(fields) - 3 :]]
+    return (_unescape(fields[0]), _unescape(fields[1]), *fields[2:])
+
+
+def _render(entry: dict[str, Any]) -> str:
+    return "\t".join(
+        [
+            _escape(str(entry["spec"])),
+            _escape(str(entry["mount_point"])),
+            str(entry["fstype"]),
+            ",".join(entry["options"]),
+            str(entry.get("dump", 0)),
+            str(entry.get("passno", 2)),
+        ]
+    )
+
+
+def data_disks_fstab(content: str, entries: list[dict[str, Any]], noatime_mounts: list[str]) -> str:
+    lines = content.split("\n")
+    ends_with_newline = content.endswith("\n") or not content
+    if content.endswith("\n"):
+        lines.pop()
+    elif not content:
+        lines = []
+    for entry in entries:
+        rendered = _render(entry)
+        want = _normalized(_FIELD.findall(rendered))
+        matches = []
+        for i, line in enumerate(lines):
+            fields = _entry_fields(line)
+            if fields and _unescape(fields[1].group()) == entry["mount_point"]:
+                matches.append(i)
+        if not matches:
+            lines.append(rendered)
+            ends_with_newline = True
+            continue
+        first = matches[0]
+        if _normalized([f.group() for f in _entry_fields(lines[first]) or []]) != want:
+            lines[first] = rendered
+        for i in matches[1:]:
+            # Never two lines for one mount point; keep the old one visible instead of deleting it.
+            lines[i] = f"# data_disks: duplicate of the {entry['mount_point']} line above: {lines[i]}"
+    for mount_point in noatime_mounts:
+        index = None
+        for i, line in enumerate(lines):
+            fields = _entry_fields(line)
+            if fields and _unescape(fields[1].group()) == mount_point:
+                index = i
+        if index is None:
+            raise ValueError(f"data_disks_system_noatime: no fstab line for {mount_point}")
+        fields = _entry_fields(lines[index]) or []
+        if len(fields) < 4:
+            lines[index] = lines[index].rstrip(" \t") + "\tnoatime"
+            continue
+        options = fields[3].group().split(",")
+        wanted = [o for o in options if o not in ATIME_OPTIONS] + ["noatime"]
+        if options != wanted:
+            span = fields[3].span()
+            lines[index] = lines[index][: span[0]] + ",".join(wanted) + lines[index][span[1] :]
+    return "\n".join(lines) + ("\n" if ends_with_newline and lines else "")
+
+
+def data_disks_fstab_mount_points(content: str) -> list[str]:
+    """Mount points of the entry lines of an fstab text, escapes undone."""
+    points = []
+    for line in content.split("\n"):
+        fields = _entry_fields(line)
+        if fields:
+            points.append(_unescape(fields[1].group()))
+    return points
+
+
+def _signatures(wipefs_stdout: str) -> list[dict[str, str]]:
+    try:
+        data = json.loads(wipefs_stdout or "{}")
+    except ValueError:
+        return []
+    return [dict(s) for s in data.get("signatures", [])]
+
+
+def _blkid_export(stdout: str) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+    return {k: v for k, v in pairs}
+
+
+def data_disks_plan(
+    disks: list[dict[str, Any]],
+    resolved: list[dict[str, Any]],
+    blkid: list[dict[str, Any]],
+    wipefs: list[dict[str, Any]],
+    findmnt: list[dict[str, Any]],
+    format_allowed: bool,
+    move_allowed: bool,
+) -> list[dict[str, Any]]:
+    """One plan per disk: device, uuid, action (use | format), mounted_at, and errors (refusals)."""
+    plans = []
+    for disk, res, blk, wfs, fmt in zip(disks, resolved, blkid, wipefs, findmnt, strict=True):
+        errors: list[str] = []
+        name = f"{disk['device']} (for {disk['mount_point']})"
+        device = (res.get("stdout") or "").strip()
+        plan: dict[str, Any] = {
+            "mount_point": disk["mount_point"],
+            "fstype": disk["fstype"],
+            "device": device,
+            "uuid": None,
+            "action": "use",
+            "mounted_at": [],
+            "live_options": [],
+            "errors": errors,
+        }
+        plans.append(plan)
+        if res.get("rc") != 0 or not device:
+            errors.append(f"{name}: no such device")
+            continue
+        found = _blkid_export(blk.get("stdout", ""))
+        signatures = _signatures(wfs.get("stdout", ""))
+        targets = json.loads(fmt.get("stdout") or '{"filesystems": []}').get("filesystems", [])
+        plan["mounted_at"] = [t["target"] for t in targets]
+        plan["live_options"] = next(
+            (t["options"].split(",") for t in targets if t["target"] == disk["mount_point"]), []
+        )
+        if found.get("TYPE") and found.get("USAGE", "filesystem") == "filesystem":
+            plan["uuid"] = found.get("UUID")
+            if found["TYPE"] != disk["fstype"]:
+                errors.append(
+                    f"{name} holds a {found['TYPE']} filesystem, not {disk['fstype']}: it is never "
+                    "reformatted; set its fstype to match or wipe it yourself"
+                )
+        elif signatures or found.get("PTTYPE") or found.get("TYPE"):
+            kinds = sorted(
+                {s.get("type", "?") for s in signatures}
+                | {found[k] for k in ("TYPE", "PTTYPE") if k in found}
+            )
+            errors.append(
+                f"{name} has no filesystem but holds {', '.join(kinds)} (partition table, LVM or RAID "
+                "member): refusing to format it"
+            )
+        elif not format_allowed:
+            errors.append(
+                f"{name} is blank (no filesystem or signature): set data_disks_format_allowed: true to "
+                f"create {disk['fstype']} on it"
+            )
+        else:
+            plan["action"] = "format"
+        elsewhere = [t for t in plan["mounted_at"] if t != disk["mount_point"]]
+        if elsewhere and disk["mount_point"] not in plan["mounted_at"] and not move_allowed:
+            errors.append(
+                f"{name} is mounted at {', '.join(elsewhere)}: set data_disks_move_allowed: true to "
+                f"unmount it there and mount it at {disk['mount_point']}"
+            )
+        plan["move_from"] = elsewhere if disk["mount_point"] not in plan["mounted_at"] else []
+    return plans
+
+
+def data_disks_verify_errors(stdout: str) -> list[list[str]]:
+    """``findmnt --verify`` output -> [[target, message]] for each error ([E]) line."""
+    errors = []
+    target = ""
+    for line in stdout.splitlines():
+        if line and not line.startswith(" "):
+            target = line.strip()
+        elif line.strip().startswith("[E]"):
+            errors.append([target, line.strip()[3:].strip()])
+    return errors
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "data_disks_plan": data_disks_plan,
+            "data_disks_fstab": data_disks_fstab,
+            "data_disks_verify_errors": data_disks_verify_errors,
+            "data_disks_fstab_mount_points": data_disks_fstab_mount_points,
+        }

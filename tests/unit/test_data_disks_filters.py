@@ -1,0 +1,170 @@
+"""Filters of role data_disks (roles/data_disks/filter_plugins): the plan that refuses unsafe disks
+and the fstab editor that keeps every foreign line. Pure functions: fed with recorded command output."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dltune.probes.mounts import parse_fstab
+from tests.conftest import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location(
+    "data_disks_filters", REPO_ROOT / "roles/data_disks/filter_plugins/data_disks.py"
+)
+assert _spec and _spec.loader
+filters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(filters)
+
+FSTAB = """# /etc/fstab: static file system information.
+UUID=1111 / ext4 errors=remount-ro 0 1
+# keep this comment
+/swap.img\tnone\tswap\tsw\t0\t0
+tmpfs /scratch-sys tmpfs relatime,size=64m 0 0
+"""
+DISK = {
+    "mount_point": "/data/a",
+    "spec": "UUID=aaaa",
+    "fstype": "ext4",
+    "options": ["defaults", "noatime", "errors=remount-ro", "nofail"],
+    "dump": 0,
+    "passno": 2,
+}
+
+
+def test_new_disk_is_appended_and_every_other_line_kept_byte_for_byte() -> None:
+    new = filters.data_disks_fstab(FSTAB, [DISK], [])
+    assert new.startswith(FSTAB)
+    assert new[len(FSTAB) :] == "UUID=aaaa\t/data/a\text4\tdefaults,noatime,errors=remount-ro,nofail\t0\t2\n"
+
+
+def test_applying_twice_changes_nothing() -> None:
+    once = filters.data_disks_fstab(FSTAB, [DISK], ["/scratch-sys", "/"])
+    assert filters.data_disks_fstab(once, [DISK], ["/scratch-sys", "/"]) == once
+
+
+def test_existing_line_is_replaced_in_place_and_duplicates_commented_out() -> None:
+    text = FSTAB + "/dev/vdb /data/a ext4 defaults 0 2\n# x\n/dev/vdc /data/a ext4 defaults 0 2\n"
+    new = filters.data_disks_fstab(text, [DISK], []).split("\n")
+    assert new[5].startswith("UUID=aaaa\t/data/a")
+    assert new[6] == "# x"
+    assert new[7].startswith("# data_disks: duplicate") and "/dev/vdc" in new[7]
+    assert len([e for e in parse_fstab("\n".join(new)).entries if e.mount_point == "/data/a"]) == 1
+
+
+def test_system_noatime_edits_only_the_options_field() -> None:
+    new = filters.data_disks_fstab(FSTAB, [], ["/scratch-sys", "/"])
+    lines = new.split("\n")
+    assert lines[1] == "UUID=1111 / ext4 errors=remount-ro,noatime 0 1"
+    assert lines[4] == "tmpfs /scratch-sys tmpfs size=64m,noatime 0 0"
+    assert lines[0] == FSTAB.split("\n")[0] and lines[3] == FSTAB.split("\n")[3]
+
+
+def test_system_noatime_without_a_line_is_an_error() -> None:
+    with pytest.raises(ValueError, match="/home"):
+        filters.data_disks_fstab(FSTAB, [], ["/home"])
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "# comment",
+                "",
+                "   ",
+                "UUID=x / ext4 defaults 0 1",
+                "LABEL=y /srv xfs noatime 0 2",
+                "/a\\040b /c none bind",
+                "broken",
+                "tmpfs /tmp tmpfs size=10% 0 0",
+            ]
+        ),
+        max_size=12,
+    )
+)
+def test_foreign_lines_survive_any_edit(lines: list[str]) -> None:
+    text = "\n".join(lines) + "\n"
+    new = filters.data_disks_fstab(text, [DISK], [])
+    assert new == text + "UUID=aaaa\t/data/a\text4\tdefaults,noatime,errors=remount-ro,nofail\t0\t2\n"
+
+
+def probe(
+    device: str,
+    blkid: str = "",
+    wipefs: list[dict[str, str]] | None = None,
+    rc: int = 0,
+    mounted: list[dict[str, str]] | None = None,
+) -> tuple[dict[str, Any], ...]:
+    return (
+        {"rc": rc, "stdout": device},
+        {"rc": 0 if blkid else 2, "stdout": blkid},
+        {"rc": 0, "stdout": json.dumps({"signatures": wipefs}) if wipefs else ""},
+        {"rc": 0 if mounted else 1, "stdout": json.dumps({"filesystems": mounted}) if mounted else ""},
+    )
+
+
+def plan(
+    disk: dict[str, Any], probes: tuple[dict[str, Any], ...], fmt: bool = True, move: bool = False
+) -> dict[str, Any]:
+    (result,) = filters.data_disks_plan([disk], *[[p] for p in probes], fmt, move)
+    return result
+
+
+WANT = {"device": "/dev/loop3", "mount_point": "/data/a", "fstype": "ext4"}
+
+
+def test_blank_disk_is_formatted_only_when_allowed() -> None:
+    assert plan(WANT, probe("/dev/loop3"))["action"] == "format"
+    refused = plan(WANT, probe("/dev/loop3"), fmt=False)
+    assert "data_disks_format_allowed" in refused["errors"][0]
+
+
+def test_disk_with_a_filesystem_is_used_never_formatted() -> None:
+    p = plan(WANT, probe("/dev/loop3", "DEVNAME=/dev/loop3\nUUID=abcd\nTYPE=ext4\nUSAGE=filesystem\n"))
+    assert (p["action"], p["uuid"], p["errors"]) == ("use", "abcd", [])
+    other = plan(WANT, probe("/dev/loop3", "UUID=abcd\nTYPE=xfs\nUSAGE=filesystem\n"))
+    assert other["action"] == "use" and "never reformatted" in other["errors"][0]
+
+
+@pytest.mark.parametrize(
+    ("blkid", "wipefs", "named"),
+    [
+        ("PTUUID=x\nPTTYPE=gpt\n", [{"type": "PMBR"}, {"type": "gpt"}], "gpt"),
+        ("UUID=y\nTYPE=LVM2_member\nUSAGE=raid\n", [{"type": "LVM2_member"}], "LVM2_member"),
+        (
+            "UUID=z\nTYPE=linux_raid_member\nUSAGE=raid\n",
+            [{"type": "linux_raid_member"}],
+            "linux_raid_member",
+        ),
+        ("", [{"type": "dos"}], "dos"),
+    ],
+)
+def test_signatures_without_filesystem_are_refused_even_when_format_is_allowed(
+    blkid: str, wipefs: list[dict[str, str]], named: str
+) -> None:
+    p = plan(WANT, probe("/dev/loop3", blkid, wipefs))
+    assert p["action"] == "use" and named in p["errors"][0] and "refusing to format" in p["errors"][0]
+
+
+def test_missing_device_and_mounted_elsewhere_are_refused() -> None:
+    assert "no such device" in plan(WANT, probe("", rc=1))["errors"][0]
+    fs = "UUID=abcd\nTYPE=ext4\nUSAGE=filesystem\n"
+    elsewhere = probe("/dev/loop3", fs, mounted=[{"target": "/mnt/old", "options": "rw,relatime"}])
+    assert "data_disks_move_allowed" in plan(WANT, elsewhere)["errors"][0]
+    moved = plan(WANT, elsewhere, move=True)
+    assert moved["errors"] == [] and moved["move_from"] == ["/mnt/old"]
+    here = plan(WANT, probe("/dev/loop3", fs, mounted=[{"target": "/data/a", "options": "rw,relatime"}]))
+    assert here["live_options"] == ["rw", "relatime"] and here["move_from"] == []
+
+
+def test_findmnt_verify_errors_are_parsed_per_target() -> None:
+    out = (
+        "/\n   [W] recommended root FS passno is 1 (current is 2)\n"
+        "/data/a\n   [E] unreachable source: UUID=zz\n"
+    )
+    assert filters.data_disks_verify_errors(out) == [["/data/a", "unreachable source: UUID=zz"]]
