@@ -11,7 +11,8 @@ from conftest import run_role
 
 def state(host: Any, devices: list[str]) -> str:
     return host.check_output(
-        "sha256sum /etc/fstab /etc/dltune/expected.d/data_disks.json; findmnt --list --noheadings -o TARGET,OPTIONS; "
+        "sha256sum /etc/fstab /etc/dltune/expected.d/data_disks.json; "
+        "findmnt --list --noheadings -o TARGET,OPTIONS; "
         + "; ".join(f"blkid --probe --output export {d}; wipefs --no-act --json {d}" for d in devices)
     )
 
