@@ -64,8 +64,10 @@ demo: lab
 	  docker exec $$node runuser -u nobody -- dltune audit || true; \
 	done
 
+# Speed, as ratios against a baseline in the same run (not part of make test).
 bench: venv
 	$(PY) benchmarks/audit_speed.py
+	$(PY) benchmarks/noatime.py
 
 clean: lab-down
 	rm -rf build .cache

@@ -216,6 +216,8 @@ def data_noatime(snap: Snapshot) -> list[Result]:
                 )
         return results
 
+    if not managed:
+        return [Result(check_id, Status.SKIP, "role data_disks manages no disks on this node")]
     results = []
     for disk in managed:
         mp = str(disk["mount_point"])
