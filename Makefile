@@ -47,12 +47,14 @@ unit: venv
 pytest: venv
 	DLTUNE_LAB_REQUIRED=1 pytest
 
+# One scenario at a time: the loop-device scenarios must never overlap. All run; any failure fails.
 molecule: venv
-	@for s in $(SCENARIOS); do \
+	@failed=""; for s in $(SCENARIOS); do \
 	  start=$$(date +%s); \
-	  molecule test -s $$s || exit 1; \
+	  molecule test -s $$s || failed="$$failed $$s"; \
 	  echo "[time] molecule $$s: $$(( $$(date +%s) - start ))s"; \
-	done
+	done; \
+	if [ -n "$$failed" ]; then echo "molecule scenarios failed:$$failed"; exit 1; fi
 
 test:
 	bash tests/run_all.sh
