@@ -3,6 +3,7 @@ command through a CommandRunner; failures are recorded as data, never raised."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 from dltune.probes.hostfs import HostFS
 from dltune.probes.manifest import MANIFEST_DIR, read_manifest
 from dltune.probes.mounts import Fstab, Mount, parse_fstab, parse_mountinfo
+from dltune.probes.nvml import NvmlState, probe_nvml
 from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
 from dltune.probes.storage import SpaceInfo, data_mount_points, resolve_uuids, space_of
 
@@ -35,6 +37,9 @@ class Snapshot:
     # UUID -> device path; None: looked up and not found; missing key: could not look it up.
     uuid_devices: Mapping[str, str | None] = field(default_factory=dict)
     space: Mapping[str, SpaceInfo] = field(default_factory=dict)
+    nvml: NvmlState = field(default_factory=lambda: NvmlState(available=False, error="not probed"))
+    nvidia_module_version: str | None = None  # from /proc/driver/nvidia/version
+    kernel_modules: frozenset[str] = frozenset()
     errors: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -68,8 +73,28 @@ def collect_snapshot(root: str | Path = "/", runner: CommandRunner | None = None
         expected=expected,
         uuid_devices=resolve_uuids(fs, runner, uuids),
         space=space_of(fs, data_mount_points(mounts, expected)),
+        # NVML answers for the running host only: a fixture tree has no GPUs to ask.
+        nvml=probe_nvml() if fs.root == Path("/") else NvmlState(False, "NVML is not read under --root"),
+        nvidia_module_version=_nvidia_module_version(read_optional(fs, "/proc/driver/nvidia/version")),
+        kernel_modules=frozenset(
+            line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line
+        ),
         errors=errors,
     )
+
+
+def read_optional(fs: HostFS, host_path: str) -> str | None:
+    """A file that is absent on many hosts (no GPU driver, no modules): absence is not an error."""
+    try:
+        return fs.read_text(host_path)
+    except OSError:
+        return None
+
+
+def _nvidia_module_version(text: str | None) -> str | None:
+    # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 ..."
+    match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9]+(?:\.[0-9]+)+)", text or "")
+    return match.group(1) if match else None
 
 
 def _mem_total_kb(meminfo: str | None) -> int | None:

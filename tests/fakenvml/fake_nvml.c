@@ -1,0 +1,174 @@
+/*
+ * A fake libnvidia-ml.so.1 for tests: the real pynvml code path runs against it, loaded through the
+ * library path (LD_LIBRARY_PATH). Its answers come from the scenario file named by
+ * DLTUNE_FAKE_NVML_SCENARIO (key=value lines, see tests/fixtures/nvml/README.md). Only the entry
+ * points dltune's NVML probe uses exist; anything else is "function not found", as with an old driver.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_GPUS 16
+enum { OK = 0, UNINIT = 1, INVALID = 2, NOT_SUPPORTED = 3, INSUFFICIENT = 7, GPU_LOST = 15 };
+
+typedef struct {
+    char name[96], uuid[96], unsupported[512];
+    int lost, persistence;
+    unsigned temp, temp_slowdown, power_mw, power_limit_mw;
+    unsigned pcie_gen, pcie_gen_max, pcie_width, pcie_width_max;
+    unsigned long long throttle, ecc_uncorrected, ecc_corrected;
+    unsigned remap_corr, remap_unc, remap_pending, remap_failure;
+} gpu_t;
+
+static gpu_t gpus[MAX_GPUS];
+static unsigned gpu_count;
+static int init_error;
+static char driver_version[80] = "580.95.05";
+
+static void set_field(gpu_t *g, const char *key, const char *val) {
+    unsigned long long n = strtoull(val, NULL, 0);
+    if (!strcmp(key, "name")) snprintf(g->name, sizeof g->name, "%s", val);
+    else if (!strcmp(key, "uuid")) snprintf(g->uuid, sizeof g->uuid, "%s", val);
+    else if (!strcmp(key, "unsupported")) snprintf(g->unsupported, sizeof g->unsupported, ",%s,", val);
+    else if (!strcmp(key, "lost")) g->lost = (int)n;
+    else if (!strcmp(key, "persistence")) g->persistence = (int)n;
+    else if (!strcmp(key, "temp")) g->temp = (unsigned)n;
+    else if (!strcmp(key, "temp_slowdown")) g->temp_slowdown = (unsigned)n;
+    else if (!strcmp(key, "power_mw")) g->power_mw = (unsigned)n;
+    else if (!strcmp(key, "power_limit_mw")) g->power_limit_mw = (unsigned)n;
+    else if (!strcmp(key, "pcie_gen")) g->pcie_gen = (unsigned)n;
+    else if (!strcmp(key, "pcie_gen_max")) g->pcie_gen_max = (unsigned)n;
+    else if (!strcmp(key, "pcie_width")) g->pcie_width = (unsigned)n;
+    else if (!strcmp(key, "pcie_width_max")) g->pcie_width_max = (unsigned)n;
+    else if (!strcmp(key, "throttle")) g->throttle = n;
+    else if (!strcmp(key, "ecc_uncorrected")) g->ecc_uncorrected = n;
+    else if (!strcmp(key, "ecc_corrected")) g->ecc_corrected = n;
+    else if (!strcmp(key, "remap_pending")) g->remap_pending = (unsigned)n;
+    else if (!strcmp(key, "remap_failure")) g->remap_failure = (unsigned)n;
+    else if (!strcmp(key, "remap_unc")) g->remap_unc = (unsigned)n;
+    else fprintf(stderr, "fake-nvml: unknown key %s\n", key);
+}
+
+static void defaults(void) {
+    for (unsigned i = 0; i < MAX_GPUS; i++) {
+        gpu_t *g = &gpus[i];
+        memset(g, 0, sizeof *g);
+        snprintf(g->name, sizeof g->name, "NVIDIA H100 80GB HBM3");
+        snprintf(g->uuid, sizeof g->uuid, "GPU-00000000-0000-0000-0000-%012u", i);
+        g->persistence = 1;
+        g->temp = 35; g->temp_slowdown = 87;
+        g->power_mw = 70000; g->power_limit_mw = 700000;
+        g->pcie_gen = 5; g->pcie_gen_max = 5; g->pcie_width = 16; g->pcie_width_max = 16;
+        g->throttle = 0x1; /* idle */
+    }
+}
+
+static void load_scenario(void) {
+    const char *path = getenv("DLTUNE_FAKE_NVML_SCENARIO");
+    char line[512];
+    defaults();
+    gpu_count = 0;
+    init_error = 0;
+    if (!path) return;
+    FILE *f = fopen(path, "r");
+    if (!f) { init_error = UNINIT; return; }
+    while (fgets(line, sizeof line, f)) {
+        char *eq = strchr(line, '='), *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        if (line[0] == '#' || !eq) continue;
+        *eq = 0;
+        const char *key = line, *val = eq + 1;
+        if (!strcmp(key, "init_error")) init_error = atoi(val);
+        else if (!strcmp(key, "driver_version")) snprintf(driver_version, sizeof driver_version, "%s", val);
+        else if (!strcmp(key, "gpus")) gpu_count = (unsigned)atoi(val) > MAX_GPUS ? MAX_GPUS : (unsigned)atoi(val);
+        else if (!strncmp(key, "gpu*.", 5)) {
+            for (unsigned i = 0; i < MAX_GPUS; i++) set_field(&gpus[i], key + 5, val);
+        } else if (!strncmp(key, "gpu", 3)) {
+            char *dot = strchr(key, '.');
+            unsigned idx = (unsigned)atoi(key + 3);
+            if (dot && idx < MAX_GPUS) set_field(&gpus[idx], dot + 1, val);
+        }
+    }
+    fclose(f);
+}
+
+static int unsupported(const gpu_t *g, const char *field) {
+    char needle[64];
+    snprintf(needle, sizeof needle, ",%s,", field);
+    return strstr(g->unsupported, needle) != NULL;
+}
+
+#define DEVICE_GUARD(dev, field)                  \
+    const gpu_t *g = (const gpu_t *)(dev);        \
+    if (!g) return INVALID;                       \
+    if (g->lost) return GPU_LOST;                 \
+    if (unsupported(g, field)) return NOT_SUPPORTED;
+
+int nvmlInitWithFlags(unsigned flags) { (void)flags; load_scenario(); return init_error; }
+int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+int nvmlShutdown(void) { return OK; }
+
+const char *nvmlErrorString(int result) {
+    switch (result) {
+    case OK: return "Success";
+    case UNINIT: return "Uninitialized";
+    case NOT_SUPPORTED: return "Not Supported";
+    case 9: return "Driver Not Loaded";
+    case GPU_LOST: return "GPU is lost";
+    case 18: return "RM has detected an NVML/RM version mismatch.";
+    default: return "Unknown Error";
+    }
+}
+
+int nvmlSystemGetDriverVersion(char *buf, unsigned len) {
+    if (strlen(driver_version) + 1 > len) return INSUFFICIENT;
+    strcpy(buf, driver_version);
+    return OK;
+}
+
+int nvmlDeviceGetCount_v2(unsigned *count) { *count = gpu_count; return OK; }
+
+int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **device) {
+    if (index >= gpu_count) return INVALID;
+    *device = &gpus[index];
+    return gpus[index].lost ? GPU_LOST : OK;
+}
+
+int nvmlDeviceGetName(void *dev, char *buf, unsigned len) {
+    DEVICE_GUARD(dev, "name");
+    snprintf(buf, len, "%s", g->name);
+    return OK;
+}
+
+int nvmlDeviceGetUUID(void *dev, char *buf, unsigned len) {
+    DEVICE_GUARD(dev, "uuid");
+    snprintf(buf, len, "%s", g->uuid);
+    return OK;
+}
+
+int nvmlDeviceGetPersistenceMode(void *dev, int *mode) { DEVICE_GUARD(dev, "persistence"); *mode = g->persistence; return OK; }
+int nvmlDeviceGetTemperature(void *dev, int sensor, unsigned *t) { (void)sensor; DEVICE_GUARD(dev, "temp"); *t = g->temp; return OK; }
+int nvmlDeviceGetTemperatureThreshold(void *dev, int which, unsigned *t) {
+    (void)which; DEVICE_GUARD(dev, "temp_slowdown"); *t = g->temp_slowdown; return OK;
+}
+int nvmlDeviceGetPowerUsage(void *dev, unsigned *mw) { DEVICE_GUARD(dev, "power"); *mw = g->power_mw; return OK; }
+int nvmlDeviceGetEnforcedPowerLimit(void *dev, unsigned *mw) { DEVICE_GUARD(dev, "power"); *mw = g->power_limit_mw; return OK; }
+int nvmlDeviceGetCurrPcieLinkGeneration(void *dev, unsigned *v) { DEVICE_GUARD(dev, "pcie"); *v = g->pcie_gen; return OK; }
+int nvmlDeviceGetMaxPcieLinkGeneration(void *dev, unsigned *v) { DEVICE_GUARD(dev, "pcie"); *v = g->pcie_gen_max; return OK; }
+int nvmlDeviceGetCurrPcieLinkWidth(void *dev, unsigned *v) { DEVICE_GUARD(dev, "pcie"); *v = g->pcie_width; return OK; }
+int nvmlDeviceGetMaxPcieLinkWidth(void *dev, unsigned *v) { DEVICE_GUARD(dev, "pcie"); *v = g->pcie_width_max; return OK; }
+int nvmlDeviceGetCurrentClocksEventReasons(void *dev, unsigned long long *r) { DEVICE_GUARD(dev, "throttle"); *r = g->throttle; return OK; }
+int nvmlDeviceGetCurrentClocksThrottleReasons(void *dev, unsigned long long *r) { return nvmlDeviceGetCurrentClocksEventReasons(dev, r); }
+
+int nvmlDeviceGetTotalEccErrors(void *dev, int error_type, int counter_type, unsigned long long *count) {
+    (void)counter_type;
+    DEVICE_GUARD(dev, "ecc");
+    *count = error_type == 1 ? g->ecc_uncorrected : g->ecc_corrected;
+    return OK;
+}
+
+int nvmlDeviceGetRemappedRows(void *dev, unsigned *corr, unsigned *unc, unsigned *pending, unsigned *failure) {
+    DEVICE_GUARD(dev, "remap");
+    *corr = g->remap_corr; *unc = g->remap_unc; *pending = g->remap_pending; *failure = g->remap_failure;
+    return OK;
+}

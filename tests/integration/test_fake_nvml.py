@@ -1,0 +1,154 @@
+"""The driver and gpu areas through the real pynvml code path, against a fake libnvidia-ml.so.1.
+
+No GPU exists here, so NVML is faked at its lowest boundary: tests/fakenvml/fake_nvml.c is built
+with gcc and loaded by pynvml through LD_LIBRARY_PATH; its answers come from the scenario files in
+tests/fixtures/nvml/. Each scenario asserts the audit's statuses and exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES, REPO_ROOT
+
+SCENARIOS = FIXTURES / "nvml"
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not shutil.which("gcc"):
+        pytest.fail("gcc is needed to build the fake NVML library")
+    out = tmp_path_factory.mktemp("fakenvml")
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-Werror",
+            "-O2",
+            "-o",
+            str(out / "libnvidia-ml.so.1"),
+            str(REPO_ROOT / "tests/fakenvml/fake_nvml.c"),
+        ],
+        check=True,
+    )
+    return out
+
+
+def audit(
+    library_dir: Path, scenario: str | None
+) -> tuple[int, dict[tuple[str, str | None], dict[str, Any]]]:
+    env = {**os.environ, "LD_LIBRARY_PATH": str(library_dir)}
+    env.pop("DLTUNE_FAKE_NVML_SCENARIO", None)
+    if scenario:
+        env["DLTUNE_FAKE_NVML_SCENARIO"] = str(SCENARIOS / f"{scenario}.conf")
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "audit", "--only", "gpu,driver", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    results = json.loads(done.stdout)["results"]
+    # Subjects are "<index>:<uuid>"; key by index so tests read naturally.
+    return done.returncode, {(r["id"], (r["subject"] or "").split(":")[0] or None): r for r in results}
+
+
+def statuses(results: dict[tuple[str, str | None], dict[str, Any]], check_id: str) -> dict[str | None, str]:
+    return {subject: r["status"] for (cid, subject), r in results.items() if cid == check_id}
+
+
+def test_no_library_is_not_a_gpu_node(tmp_path: Path) -> None:
+    rc, results = audit(tmp_path, None)
+    assert rc == 0
+    assert results[("driver.loaded", None)]["status"] == "skip"
+    assert all(r["status"] == "skip" for r in results.values())
+
+
+def test_no_driver_fails_and_may_drain(fake_nvml_dir: Path) -> None:
+    rc, results = audit(fake_nvml_dir, "no_driver")
+    loaded = results[("driver.loaded", None)]
+    assert rc == 1 and loaded["status"] == "fail" and loaded["critical"] is True
+    assert "nvidia_driver" in loaded["remedy"]
+
+
+def test_version_mismatch_says_reboot(fake_nvml_dir: Path) -> None:
+    rc, results = audit(fake_nvml_dir, "version_mismatch")
+    loaded = results[("driver.loaded", None)]
+    assert rc == 1 and loaded["status"] == "fail" and "mismatch" in loaded["summary"]
+    assert loaded["remedy"].startswith("reboot")
+
+
+def test_healthy_eight_gpu_node_passes(fake_nvml_dir: Path) -> None:
+    rc, results = audit(fake_nvml_dir, "healthy_8gpu")
+    assert rc == 0
+    assert results[("driver.loaded", None)]["evidence"]["driver_version"] == "580.95.05"
+    assert results[("gpu.present", None)]["metrics"]["gpus"] == 8
+    for check_id in ("gpu.ecc", "gpu.pcie", "gpu.clocks", "gpu.thermal_power", "gpu.persistence"):
+        assert statuses(results, check_id) == {str(i): "pass" for i in range(8)}, check_id
+
+
+def test_one_lost_gpu_fails_and_the_others_still_report(fake_nvml_dir: Path) -> None:
+    rc, results = audit(fake_nvml_dir, "one_gpu_lost")
+    assert rc == 1
+    assert statuses(results, "gpu.present") == {"3": "fail"}
+    assert results[("gpu.present", "3")]["critical"] is True
+    ecc = statuses(results, "gpu.ecc")
+    assert ecc.pop("3") == "skip" and set(ecc.values()) == {"pass"} and len(ecc) == 7
+
+
+def test_not_supported_fields_skip_without_failing(fake_nvml_dir: Path) -> None:
+    rc, results = audit(fake_nvml_dir, "not_supported")
+    assert rc == 0
+    for check_id in ("gpu.ecc", "gpu.clocks", "gpu.persistence"):
+        assert set(statuses(results, check_id).values()) == {"skip"}, check_id
+    assert set(statuses(results, "gpu.pcie").values()) == {"pass"}
+
+
+def test_ecc_and_row_remap_failures(fake_nvml_dir: Path) -> None:
+    rc, results = audit(fake_nvml_dir, "ecc_remap")
+    assert rc == 1
+    assert statuses(results, "gpu.ecc") == {"0": "pass", "1": "fail", "2": "fail", "3": "warn"}
+    assert results[("gpu.ecc", "1")]["evidence"]["uncorrected_volatile"] == 3
+
+
+def test_degraded_pcie_link(fake_nvml_dir: Path) -> None:
+    rc, results = audit(fake_nvml_dir, "degraded_pcie")
+    assert rc == 1
+    assert statuses(results, "gpu.pcie") == {"0": "warn", "1": "fail"}
+    assert "x8" in results[("gpu.pcie", "1")]["summary"]
+
+
+def test_thermal_throttling(fake_nvml_dir: Path) -> None:
+    rc, results = audit(fake_nvml_dir, "thermal_throttle")
+    assert rc == 1
+    assert statuses(results, "gpu.clocks") == {"0": "fail", "1": "warn"}
+    assert "hw thermal slowdown" in results[("gpu.clocks", "0")]["evidence"]["reasons"]
+    assert statuses(results, "gpu.thermal_power") == {"0": "warn", "1": "pass"}
+    assert statuses(results, "gpu.persistence") == {"0": "pass", "1": "warn"}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not Path("/dev/nvidiactl").exists(), reason="no NVIDIA GPU on this machine")
+def test_real_gpu_node_reports_every_gpu() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "audit", "--only", "gpu,driver", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    results = json.loads(done.stdout)["results"]
+    assert {r["status"] for r in results if r["id"] == "driver.loaded"} == {"pass"}
+    assert not [r for r in results if r["status"] == "error"]
