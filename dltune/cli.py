@@ -17,7 +17,7 @@ from dltune import __version__
 from dltune.checks import run_checks
 from dltune.model import AREAS, EXIT_USAGE_OR_ERROR, exit_code
 from dltune.probes import collect_snapshot
-from dltune.report import render_human, render_json
+from dltune.report import render_facts, render_human, render_json, render_prometheus, write_atomically
 
 app = typer.Typer(
     help="Audit and benchmark a deep-learning training node.",
@@ -31,6 +31,7 @@ log = logging.getLogger("dltune")
 class OutputFormat(str, Enum):
     human = "human"
     json = "json"
+    prometheus = "prometheus"
 
 
 def _parse_areas(only: str | None) -> list[str] | None:
@@ -58,19 +59,43 @@ def audit(
         str | None, typer.Option("--only", help=f"Comma-separated areas: {','.join(AREAS)}.")
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log probe details on stderr.")] = False,
+    textfile_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--textfile-dir", help="Also write dltune.prom there (node_exporter textfile collector)."
+        ),
+    ] = None,
+    facts_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--facts-file", help="Also write Ansible local facts (e.g. /etc/ansible/facts.d/dltune.fact)."
+        ),
+    ] = None,
 ) -> None:
     """Read-only audit of this node against what the roles applied. Exit 0 ok, 1 fail, 2 usage/error."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr)
     areas = _parse_areas(only)
     if not root.is_dir():
         raise typer.BadParameter(f"{root} is not a directory", param_hint="--root")
+    if textfile_dir is not None and not textfile_dir.is_dir():
+        raise typer.BadParameter(f"{textfile_dir} is not a directory", param_hint="--textfile-dir")
+    if facts_file is not None and not facts_file.parent.is_dir():
+        raise typer.BadParameter(f"{facts_file.parent} does not exist", param_hint="--facts-file")
     snapshot = collect_snapshot(root)
     for path, error in snapshot.errors.items():
         log.info("probe could not read %s: %s", path, error)
     results = run_checks(snapshot, areas)
     host = socket.gethostname() if str(root) == "/" else f"{socket.gethostname()}:{root}"
+    now = datetime.now(timezone.utc)
+    # Writing files is explicit (root-run timers and hooks ask for it); the audit itself writes nothing.
+    if textfile_dir is not None:
+        write_atomically(textfile_dir / "dltune.prom", render_prometheus(results, now))
+    if facts_file is not None:
+        write_atomically(facts_file, render_facts(results, host, now))
     if output is OutputFormat.json:
-        sys.stdout.write(render_json(results, host, datetime.now(timezone.utc)))
+        sys.stdout.write(render_json(results, host, now))
+    elif output is OutputFormat.prometheus:
+        sys.stdout.write(render_prometheus(results, now))
     else:
         render_human(results, Console(), host)
     raise typer.Exit(exit_code(results))

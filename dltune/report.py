@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -58,3 +61,71 @@ def render_human(results: Sequence[Result], console: Console, host: str) -> None
     console.print(table)
     counts = {s: sum(1 for r in results if r.status is s) for s in Status}
     console.print(", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "no checks ran")
+
+
+# --- Prometheus textfile (node_exporter's textfile collector) and Ansible local facts ------------
+
+
+def _label(value: str | None) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_prometheus(results: Sequence[Result], now: datetime) -> str:
+    """One gauge per check and subject (1 for its status, labelled), plus each check's numbers."""
+    lines = [
+        "# HELP dltune_check_status Result of a dltune audit check: 1, labelled with its status.",
+        "# TYPE dltune_check_status gauge",
+    ]
+    for r in results:
+        lines.append(
+            f'dltune_check_status{{id="{_label(r.id)}",area="{_label(r.area)}",'
+            f'subject="{_label(r.subject)}",status="{r.status.value}",'
+            f'critical="{str(r.critical).lower()}"}} 1'
+        )
+    lines += [
+        "# HELP dltune_check_metric A number a dltune check measured (see the metric label).",
+        "# TYPE dltune_check_metric gauge",
+    ]
+    for r in results:
+        for name, value in sorted(r.metrics.items()):
+            lines.append(
+                f'dltune_check_metric{{id="{_label(r.id)}",subject="{_label(r.subject)}",'
+                f'metric="{_label(name)}"}} {float(value)!r}'
+            )
+    counts = {s: sum(1 for r in results if r.status is s) for s in Status}
+    lines += [
+        "# HELP dltune_checks Number of dltune check results by status.",
+        "# TYPE dltune_checks gauge",
+        *(f'dltune_checks{{status="{s.value}"}} {n}' for s, n in counts.items()),
+        "# HELP dltune_audit_timestamp_seconds When the audit ran.",
+        "# TYPE dltune_audit_timestamp_seconds gauge",
+        f"dltune_audit_timestamp_seconds {now.timestamp():.3f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_facts(results: Sequence[Result], host: str, now: datetime) -> str:
+    """Ansible local facts (``ansible_local.dltune``): the envelope plus a summary playbooks can test."""
+    doc = envelope(results, host, now)
+    doc["summary"] = {
+        "counts": {s.value: sum(1 for r in results if r.status is s) for s in Status},
+        "failed": sorted({r.id for r in results if r.status is Status.FAIL}),
+        "tuned": not any(r.status in (Status.FAIL, Status.ERROR) for r in results),
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def write_atomically(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
+    """Readers (node_exporter, Ansible) never see a half-written file: write a sibling, then rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".dltune.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
