@@ -97,7 +97,8 @@ def audit(
     elif output is OutputFormat.prometheus:
         sys.stdout.write(render_prometheus(results, now))
     else:
-        render_human(results, Console(), host)
+        # Piped into a log (Ansible, Slurm), a terminal's 80 columns would fold every summary.
+        render_human(results, Console(width=None if sys.stdout.isatty() else 160), host)
     raise typer.Exit(exit_code(results))
 
 

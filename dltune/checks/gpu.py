@@ -61,7 +61,12 @@ def present(snap: Snapshot) -> list[Result]:
         for g in snap.nvml.gpus
         if g.error is not None
     ]
-    evidence: dict[str, Any] = {"visible": len(snap.nvml.gpus), "healthy": len(healthy), "expected": expected}
+    evidence: dict[str, Any] = {
+        "visible": len(snap.nvml.gpus),
+        "healthy": len(healthy),
+        "expected": expected,
+        "models": sorted({g.name for g in healthy if g.name}),
+    }
     if expected is not None and len(healthy) < int(expected):
         results.append(
             Result(

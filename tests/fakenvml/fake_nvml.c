@@ -1,7 +1,8 @@
 /*
  * A fake libnvidia-ml.so.1 for tests: the real pynvml code path runs against it, loaded through the
  * library path (LD_LIBRARY_PATH). Its answers come from the scenario file named by
- * DLTUNE_FAKE_NVML_SCENARIO (key=value lines, see tests/fixtures/nvml/README.md). Only the entry
+ * DLTUNE_FAKE_NVML_SCENARIO (key=value lines, see tests/fixtures/nvml/README.md), or else from
+ * /etc/dltune-lab/nvml-scenario.conf (the lab's GPU-node stand-ins carry one). Only the entry
  * points dltune's NVML probe uses exist; anything else is "function not found", as with an old driver.
  */
 #include <stdio.h>
@@ -69,7 +70,7 @@ static void load_scenario(void) {
     defaults();
     gpu_count = 0;
     init_error = 0;
-    if (!path) return;
+    if (!path) path = "/etc/dltune-lab/nvml-scenario.conf";
     FILE *f = fopen(path, "r");
     if (!f) { init_error = UNINIT; return; }
     while (fgets(line, sizeof line, f)) {

@@ -62,6 +62,11 @@ def test_site_converges_idempotently_and_nodes_audit_clean(lab: None) -> None:
         # The lab nodes' /tmp holds only hideable entries, so the tmpfs is mounted live.
         assert tmp["status"] == "pass", tmp
         assert tmp["evidence"]["judged_against"].startswith("manifest")
+        # GPU-node stand-ins: the real pynvml path against the lab's fake NVML, labelled as such.
+        gpus = results["gpu.present"]
+        assert results["driver.loaded"]["status"] == "pass"
+        assert gpus["status"] == "pass" and gpus["metrics"]["gpus"] == 4
+        assert all("fake NVML" in model for model in gpus["evidence"]["models"])
 
 
 def test_audit_playbook_reports_every_node(lab: None) -> None:

@@ -20,6 +20,18 @@ for node in $LAB_NODES; do
   echo "$node" >> "$LAB_STATE/containers"
   log "started node $node ($LAB_NODE_RELEASE)"
 done
+# GPU-node stand-ins: the fake NVML library (tests/fakenvml) and a healthy 4-GPU scenario, so the
+# audit's driver and gpu areas run their real pynvml path on the lab nodes (labelled as fake).
+fake_nvml="$BUILD_DIR/fakenvml/libnvidia-ml.so.1"
+mkdir -p "$(dirname "$fake_nvml")"
+gcc -shared -fPIC -O2 -Wall -Werror -o "$fake_nvml" "$REPO_ROOT/tests/fakenvml/fake_nvml.c"
+for node in $LAB_NODES; do
+  docker exec "$node" mkdir -p /etc/dltune-lab
+  docker cp "$REPO_ROOT/tests/fixtures/nvml/lab_node.conf" "$node:/etc/dltune-lab/nvml-scenario.conf"
+  docker cp "$fake_nvml" "$node:/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+  docker exec "$node" ldconfig
+done
+
 for node in $LAB_NODES; do
   for _ in $(seq 1 60); do
     state=$(docker exec "$node" systemctl is-system-running 2>/dev/null || true)
