@@ -81,7 +81,7 @@ def audit(
         raise typer.BadParameter(f"{textfile_dir} is not a directory", param_hint="--textfile-dir")
     if facts_file is not None and not facts_file.parent.is_dir():
         raise typer.BadParameter(f"{facts_file.parent} does not exist", param_hint="--facts-file")
-    snapshot = collect_snapshot(root)
+    snapshot = collect_snapshot(root, areas=areas)
     for path, error in snapshot.errors.items():
         log.info("probe could not read %s: %s", path, error)
     results = run_checks(snapshot, areas)

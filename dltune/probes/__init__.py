@@ -4,7 +4,7 @@ command through a CommandRunner; failures are recorded as data, never raised."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,16 @@ class Snapshot:
     errors: Mapping[str, str] = field(default_factory=dict)
 
 
-def collect_snapshot(root: str | Path = "/", runner: CommandRunner | None = None) -> Snapshot:
+def collect_snapshot(
+    root: str | Path = "/", runner: CommandRunner | None = None, areas: Iterable[str] | None = None
+) -> Snapshot:
+    """Read the host. With ``areas``, probes that only other areas judge (NVML, statvfs) are left out:
+    `--only storage` must not touch a GPU driver that may hang, nor a mount that may."""
+    wanted = None if areas is None else set(areas)
+
+    def needed(*for_areas: str) -> bool:
+        return wanted is None or bool(wanted.intersection(for_areas))
+
     fs = HostFS(root)
     if runner is None:
         # A fixture tree must never be judged with this host's command outputs.
@@ -72,9 +81,15 @@ def collect_snapshot(root: str | Path = "/", runner: CommandRunner | None = None
         reboot=_reboot_state(fs),
         expected=expected,
         uuid_devices=resolve_uuids(fs, runner, uuids),
-        space=space_of(fs, data_mount_points(mounts, expected)),
+        space=space_of(fs, data_mount_points(mounts, expected)) if needed("storage") else {},
         # NVML answers for the running host only: a fixture tree has no GPUs to ask.
-        nvml=probe_nvml() if fs.root == Path("/") else NvmlState(False, "NVML is not read under --root"),
+        nvml=(
+            NvmlState(False, "NVML is not read under --root")
+            if fs.root != Path("/")
+            else probe_nvml()
+            if needed("gpu", "driver")
+            else NvmlState(False, "not probed: gpu and driver areas not asked for")
+        ),
         nvidia_module_version=_nvidia_module_version(read_optional(fs, "/proc/driver/nvidia/version")),
         kernel_modules=frozenset(
             line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line

@@ -95,3 +95,10 @@ def test_broken_manifest_fragment_is_reported_not_raised(tmp_path) -> None:  # t
         "/etc/dltune/expected.d/tmpfs_tmp.json",
         "/etc/dltune/expected.d/other.json",
     }
+
+
+def test_only_the_asked_areas_are_probed() -> None:
+    storage_only = collect_snapshot("/", areas=["storage"])
+    assert storage_only.nvml.error is not None and storage_only.nvml.error.startswith("not probed")
+    gpu_only = collect_snapshot(FIXTURES / "data_ok_managed", areas=["gpu"])
+    assert gpu_only.space == {}
