@@ -97,8 +97,13 @@ def test_broken_manifest_fragment_is_reported_not_raised(tmp_path) -> None:  # t
     }
 
 
-def test_only_the_asked_areas_are_probed() -> None:
+def test_only_the_asked_areas_are_probed(tmp_path) -> None:  # type: ignore[no-untyped-def]
     storage_only = collect_snapshot("/", areas=["storage"])
     assert storage_only.nvml.error is not None and storage_only.nvml.error.startswith("not probed")
-    gpu_only = collect_snapshot(FIXTURES / "data_ok_managed", areas=["gpu"])
-    assert gpu_only.space == {}
+    manifest = tmp_path / "etc/dltune/expected.d"
+    manifest.mkdir(parents=True)
+    (manifest / "data_disks.json").write_text(
+        '{"schema_version": 1, "role": "data_disks", "disks": [{"mount_point": "/"}]}'
+    )
+    assert "/" in collect_snapshot(tmp_path, areas=["storage"]).space
+    assert collect_snapshot(tmp_path, areas=["gpu"]).space == {}
