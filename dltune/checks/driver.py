@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from dltune.checks import check
 from dltune.model import Result, Status
 from dltune.probes import Snapshot
@@ -13,6 +16,14 @@ NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 REBOOT_REMEDY = (
     "reboot the node (drain it first): the driver was upgraded but the old kernel module is loaded"
 )
+
+
+def _manifest(snap: Snapshot) -> Mapping[str, Any]:
+    return snap.expected.get("nvidia_driver", {})
+
+
+def _reboot_pending_for_driver(snap: Snapshot) -> bool:
+    return snap.reboot.required and "nvidia_driver" in snap.reboot.packages
 
 
 def _is_gpu_node(snap: Snapshot) -> bool:
@@ -46,6 +57,24 @@ def driver_loaded(snap: Snapshot) -> Result:
             evidence=evidence,
             remedy=REBOOT_REMEDY,
             critical=True,
+        )
+    branch = _manifest(snap).get("branch")
+    if branch and _reboot_pending_for_driver(snap):
+        return Result(
+            "driver.loaded",
+            Status.WARN,
+            f"driver branch {branch} is installed and loads after the pending reboot ({nvml.error})",
+            evidence={**evidence, "expected_branch": branch, "reboot_pending": True},
+            remedy="reboot the node (drain it first) to load the new driver",
+        )
+    if branch and nvml.error_code == NVML_ERROR_LIBRARY_NOT_FOUND:
+        return Result(
+            "driver.loaded",
+            Status.FAIL,
+            f"role nvidia_driver installed branch {branch}, but there is no NVML library",
+            evidence={**evidence, "expected_branch": branch},
+            critical=True,
+            remedy="apply role nvidia_driver again; check `dpkg -l 'libnvidia-compute-*'`",
         )
     if nvml.error_code == NVML_ERROR_DRIVER_NOT_LOADED or (
         nvml.error_code is not None and nvml.error_code != NVML_ERROR_LIBRARY_NOT_FOUND
@@ -98,3 +127,66 @@ def nouveau(snap: Snapshot) -> Result:
             remedy="apply role nvidia_driver (blacklists nouveau, updates the initramfs), then reboot",
         )
     return Result("driver.nouveau", Status.PASS, "nouveau is not loaded")
+
+
+def _major(version: str | None) -> str | None:
+    return version.split(".", 1)[0] if version else None
+
+
+@check("driver.branch")
+def branch(snap: Snapshot) -> Result:
+    expected = _manifest(snap).get("branch")
+    loaded = snap.nvml.driver_version or snap.nvidia_module_version
+    evidence = {"expected_branch": expected, "loaded_version": loaded}
+    if expected is None:
+        return Result(
+            "driver.branch", Status.SKIP, "no nvidia_driver manifest to compare with", evidence=evidence
+        )
+    if loaded is None:
+        return Result("driver.branch", Status.SKIP, "no driver loaded (see driver.loaded)", evidence=evidence)
+    if _major(loaded) == str(expected):
+        return Result(
+            "driver.branch", Status.PASS, f"driver {loaded} is branch {expected}", evidence=evidence
+        )
+    pending = _reboot_pending_for_driver(snap)
+    return Result(
+        "driver.branch",
+        Status.WARN if pending else Status.FAIL,
+        f"driver {loaded} is loaded but role nvidia_driver installed branch {expected}"
+        + (" (a reboot is pending)" if pending else ""),
+        evidence={**evidence, "reboot_pending": pending},
+        remedy="reboot the node (drain it first)" if pending else "apply role nvidia_driver, then reboot",
+    )
+
+
+@check("driver.packages_held")
+def packages_held(snap: Snapshot) -> Result:
+    installed = snap.driver_packages
+    if installed is None:
+        return Result("driver.packages_held", Status.SKIP, "no dpkg database on this host")
+    manifest = _manifest(snap)
+    by_name = {p.name: p for p in installed}
+    if manifest:
+        wanted = [str(name) for name in manifest.get("held_packages", [])]
+        if not wanted:
+            return Result("driver.packages_held", Status.SKIP, "nvidia_driver_hold is false: holding is off")
+        source = "the packages role nvidia_driver held"
+    else:
+        wanted = sorted(by_name)
+        if not wanted:
+            return Result("driver.packages_held", Status.SKIP, "no NVIDIA driver packages installed")
+        source = "every installed NVIDIA driver package (no nvidia_driver manifest)"
+    loose = [name for name in wanted if name not in by_name or not by_name[name].held]
+    evidence = {"checked": wanted, "not_held": loose, "source": source}
+    if loose:
+        return Result(
+            "driver.packages_held",
+            Status.WARN,
+            f"{len(loose)} driver package(s) not held: an unattended upgrade can split kernel module and "
+            f"userspace ({', '.join(loose[:4])}{', ...' if len(loose) > 4 else ''})",
+            evidence=evidence,
+            remedy="apply role nvidia_driver (nvidia_driver_hold: true), or `apt-mark hold` them",
+        )
+    return Result(
+        "driver.packages_held", Status.PASS, f"all {len(wanted)} driver packages are held", evidence=evidence
+    )

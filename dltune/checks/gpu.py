@@ -3,6 +3,7 @@ hide the others. Fields a GPU does not support give ``skip``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -287,3 +288,48 @@ def persistence(snap: Snapshot) -> list[Result]:
         return Result("gpu.persistence", Status.PASS, "persistence mode on", subject=_subject(g))
 
     return _per_gpu("gpu.persistence", snap, judge)
+
+
+# XIDs that mean the hardware (not the application) failed: double-bit ECC, micro-controller
+# halts, row-remap failure, NVLink, fallen off the bus, uncontained ECC, GSP errors, unrecovered ECC.
+HARDWARE_XIDS = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140})
+XID_LINE = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[0-9a-fA-F:.]+)\): (?P<xid>\d+)")
+
+
+@check("gpu.xid")
+def xid(snap: Snapshot) -> list[Result]:
+    log = snap.kernel_log
+    if log.text is None:
+        return [Result("gpu.xid", Status.SKIP, f"kernel log not read: {log.error}")]
+    by_bus: dict[str, list[int]] = {}
+    for match in XID_LINE.finditer(log.text):
+        by_bus.setdefault(match["bus"].lower(), []).append(int(match["xid"]))
+    if not by_bus:
+        if not snap.nvml.available and snap.nvidia_module_version is None:
+            return [Result("gpu.xid", Status.SKIP, "no XID errors and no NVIDIA driver loaded")]
+        return [Result("gpu.xid", Status.PASS, "no XID errors in the kernel log since boot")]
+    results = []
+    for bus, xids in sorted(by_bus.items()):
+        hardware = sorted(set(xids) & HARDWARE_XIDS)
+        counts = {str(x): xids.count(x) for x in sorted(set(xids))}
+        results.append(
+            Result(
+                "gpu.xid",
+                Status.FAIL if hardware else Status.WARN,
+                (
+                    f"hardware XID(s) {', '.join(map(str, hardware))} since boot"
+                    if hardware
+                    else f"XID(s) {', '.join(counts)} since boot (usually raised by an application)"
+                ),
+                subject=f"PCI:{bus}",
+                evidence={"xid_counts": counts},
+                metrics={"xid_events": float(len(xids))},
+                critical=bool(hardware),
+                remedy=(
+                    "drain the node; reset the GPU (nvidia-smi -r) or reboot; replace it if it recurs"
+                    if hardware
+                    else "look at the job that ran when it was logged (`dmesg | grep Xid`)"
+                ),
+            )
+        )
+    return results

@@ -13,6 +13,7 @@ from dltune.probes.hostfs import HostFS
 from dltune.probes.manifest import MANIFEST_DIR, read_manifest
 from dltune.probes.mounts import Fstab, Mount, parse_fstab, parse_mountinfo
 from dltune.probes.nvml import NvmlState, probe_nvml
+from dltune.probes.packages import KernelLog, Package, read_driver_packages, read_kernel_log
 from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
 from dltune.probes.storage import SpaceInfo, data_mount_points, resolve_uuids, space_of
 
@@ -40,11 +41,17 @@ class Snapshot:
     nvml: NvmlState = field(default_factory=lambda: NvmlState(available=False, error="not probed"))
     nvidia_module_version: str | None = None  # from /proc/driver/nvidia/version
     kernel_modules: frozenset[str] = frozenset()
+    # Installed NVIDIA driver packages (None: no dpkg database here).
+    driver_packages: tuple[Package, ...] | None = None
+    kernel_log: KernelLog = field(default_factory=lambda: KernelLog(None, "not probed"))
     errors: Mapping[str, str] = field(default_factory=dict)
 
 
 def collect_snapshot(
-    root: str | Path = "/", runner: CommandRunner | None = None, areas: Iterable[str] | None = None
+    root: str | Path = "/",
+    runner: CommandRunner | None = None,
+    areas: Iterable[str] | None = None,
+    euid: int | None = None,
 ) -> Snapshot:
     """Read the host. With ``areas``, probes that only other areas judge (NVML, statvfs) are left out:
     `--only storage` must not touch a GPU driver that may hang, nor a mount that may."""
@@ -93,6 +100,12 @@ def collect_snapshot(
         nvidia_module_version=_nvidia_module_version(read_optional(fs, "/proc/driver/nvidia/version")),
         kernel_modules=frozenset(
             line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line
+        ),
+        driver_packages=read_driver_packages(fs) if needed("driver") else None,
+        kernel_log=(
+            read_kernel_log(fs, runner, euid)
+            if needed("gpu")
+            else KernelLog(None, "not probed: gpu area not asked for")
         ),
         errors=errors,
     )

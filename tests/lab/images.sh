@@ -41,14 +41,14 @@ build_image() {
     log "building $tag ($codename) with: $packages"
     # Build to a file first: a failed mmdebstrap piped into `docker import` would leave an empty image.
     rm -f "$BUILD_DIR/images/ubuntu-$release-"*.tar*
-    mmdebstrap --variant=apt --format=tar --components=main,universe --include="$packages" \
+    mmdebstrap --variant=apt --format=tar --components=main,restricted,universe --include="$packages" \
       --keyring="$keyring" --aptopt='Acquire::Retries "3"' \
       --customize-hook='echo lab-node > "$1/etc/hostname"' \
       --customize-hook='rm -f "$1/etc/machine-id"; touch "$1/etc/machine-id"' \
       "$codename" "$tar.partial" \
-      "deb $UBUNTU_MIRROR $codename main universe" \
-      "deb $UBUNTU_MIRROR $codename-updates main universe" \
-      "deb $UBUNTU_MIRROR $codename-security main universe" >&2
+      "deb $UBUNTU_MIRROR $codename main restricted universe" \
+      "deb $UBUNTU_MIRROR $codename-updates main restricted universe" \
+      "deb $UBUNTU_MIRROR $codename-security main restricted universe" >&2
     mv "$tar.partial" "$tar"
   fi
   docker import \

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from dltune.checks.driver import module_version, nouveau
+import json
+
+from dltune.checks.driver import branch, driver_loaded, module_version, nouveau, packages_held
+from dltune.checks.gpu import xid
 from dltune.model import Status
-from dltune.probes import Snapshot, collect_snapshot
+from dltune.probes import RebootState, Snapshot, collect_snapshot
 from dltune.probes.nvml import NvmlState
+from dltune.probes.packages import KernelLog
 
 
 def test_module_version_read_from_proc_and_compared_with_userspace(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -30,3 +34,116 @@ def test_cpu_node_skips_driver_checks() -> None:
     snap = Snapshot(root="/", nvml=NvmlState(False, "NVML Shared Library Not Found", 12))
     assert module_version(snap).status is Status.SKIP
     assert nouveau(snap).status is Status.SKIP
+
+
+def _with(snap: Snapshot, **changes: object) -> Snapshot:
+    return Snapshot(**{**snap.__dict__, **changes})
+
+
+DRIVER_MANIFEST = {
+    "nvidia_driver": {
+        "role": "nvidia_driver",
+        "branch": "580",
+        "held_packages": ["libnvidia-compute-580-server", "nvidia-utils-580-server"],
+    }
+}
+PENDING = RebootState(required=True, packages=("nvidia_driver",))
+NOT_LOADED = NvmlState(False, "Driver Not Loaded", 9)
+
+
+def test_installed_driver_waiting_for_its_reboot_warns_instead_of_failing() -> None:
+    snap = Snapshot(root="/", nvml=NOT_LOADED, expected=DRIVER_MANIFEST, reboot=PENDING)
+    r = driver_loaded(snap)
+    assert r.status is Status.WARN and "580" in r.summary and r.remedy and "reboot" in r.remedy
+    # the same node with no reboot pending: the driver should be there and is not
+    assert driver_loaded(_with(snap, reboot=RebootState(required=False))).status is Status.FAIL
+    no_library = _with(snap, reboot=RebootState(required=False), nvml=NvmlState(False, "not found", 12))
+    assert driver_loaded(no_library).status is Status.FAIL
+    # a CPU node without the role: nothing to say
+    assert driver_loaded(Snapshot(root="/", nvml=NvmlState(False, "not found", 12))).status is Status.SKIP
+
+
+def test_loaded_branch_is_compared_with_the_manifest() -> None:
+    snap = Snapshot(root="/", nvml=NvmlState(True, driver_version="580.95.05"), expected=DRIVER_MANIFEST)
+    assert branch(snap).status is Status.PASS
+    old = _with(snap, nvml=NvmlState(True, driver_version="570.86.15"))
+    assert branch(old).status is Status.FAIL
+    assert branch(_with(old, reboot=PENDING)).status is Status.WARN
+    assert branch(_with(snap, expected={})).status is Status.SKIP
+    assert branch(_with(snap, nvml=NOT_LOADED)).status is Status.SKIP
+
+
+DPKG_STATUS = """\
+Package: libnvidia-compute-580-server
+Status: hold ok installed
+Version: 580.178.04-0ubuntu0.22.04.1
+
+Package: nvidia-utils-580-server
+Status: {utils_status}
+Version: 580.178.04-0ubuntu0.22.04.1
+
+Package: libc6
+Status: install ok installed
+Version: 2.35-0ubuntu3.8
+
+Package: nvidia-utils-470-server
+Status: deinstall ok config-files
+Version: 470.256.02-0ubuntu0.22.04.6
+"""
+
+
+def _dpkg_root(tmp_path, utils_status: str):  # type: ignore[no-untyped-def]
+    dpkg = tmp_path / "var/lib/dpkg"
+    dpkg.mkdir(parents=True, exist_ok=True)
+    (dpkg / "status").write_text(DPKG_STATUS.format(utils_status=utils_status))
+    return tmp_path
+
+
+def test_driver_packages_must_be_held(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    held = collect_snapshot(_dpkg_root(tmp_path, "hold ok installed"), areas=["driver"])
+    assert [p.name for p in held.driver_packages or ()] == [
+        "libnvidia-compute-580-server",
+        "nvidia-utils-580-server",
+    ]
+    assert packages_held(_with(held, expected=DRIVER_MANIFEST)).status is Status.PASS
+    loose = collect_snapshot(_dpkg_root(tmp_path, "install ok installed"), areas=["driver"])
+    r = packages_held(_with(loose, expected=DRIVER_MANIFEST))
+    assert r.status is Status.WARN and r.evidence["not_held"] == ["nvidia-utils-580-server"]
+    # without a manifest every installed driver package is expected held (best practice)
+    assert packages_held(loose).status is Status.WARN
+    assert packages_held(Snapshot(root="/")).status is Status.SKIP
+
+
+KERNEL_LOG = """\
+[  812.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
+[  901.7] NVRM: Xid (PCI:0000:86:00): 13, pid=2222, Graphics Exception: ESR 0x404600=0x80000002
+[  902.7] NVRM: Xid (PCI:0000:86:00): 13, pid=2222, Graphics Exception: ESR 0x404600=0x80000002
+[  990.0] eth0: link up
+"""
+
+
+def test_xid_errors_since_boot_per_gpu(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The kernel log comes through the recorded-command seam of a fixture tree."""
+    (tmp_path / "dltune-commands.json").write_text(
+        json.dumps({"dmesg --kernel --notime": {"stdout": KERNEL_LOG}})
+    )
+    snap = collect_snapshot(tmp_path, areas=["gpu"], euid=0)
+    results = {r.subject: r for r in xid(snap)}
+    assert results["PCI:0000:3b:00"].status is Status.FAIL and results["PCI:0000:3b:00"].critical
+    assert results["PCI:0000:86:00"].status is Status.WARN
+    assert results["PCI:0000:86:00"].evidence["xid_counts"] == {"13": 2}
+    clean = _with(snap, kernel_log=KernelLog("eth0: link up\n"), nvml=NvmlState(True, driver_version="580.1"))
+    assert [r.status for r in xid(clean)] == [Status.PASS]
+
+
+def test_xid_check_needs_root_where_dmesg_is_restricted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/dmesg_restrict").write_text("1\n")
+    (tmp_path / "dltune-commands.json").write_text(
+        json.dumps({"dmesg --kernel --notime": {"stdout": KERNEL_LOG}})
+    )
+    as_user = xid(collect_snapshot(tmp_path, areas=["gpu"], euid=1000))
+    assert [(r.status, r.summary) for r in as_user] == [
+        (Status.SKIP, "kernel log not read: needs root (kernel.dmesg_restrict=1)")
+    ]
+    assert len(xid(collect_snapshot(tmp_path, areas=["gpu"], euid=0))) == 2

@@ -1,0 +1,66 @@
+"""dpkg's package database and the kernel log, as the driver and gpu areas need them."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from dltune.probes.hostfs import HostFS
+from dltune.probes.runner import CommandRunner
+
+DPKG_STATUS = "/var/lib/dpkg/status"
+# The packages that make up an installed NVIDIA driver (userspace, kernel modules, Fabric Manager).
+DRIVER_PACKAGE = re.compile(
+    r"^(nvidia-|libnvidia-|linux-modules-nvidia-|linux-objects-nvidia-|linux-signatures-nvidia-"
+    r"|xserver-xorg-video-nvidia-)"
+)
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    held: bool
+
+
+def read_driver_packages(fs: HostFS) -> tuple[Package, ...] | None:
+    """Installed NVIDIA driver packages from dpkg's status file; None when there is no dpkg here."""
+    try:
+        text = fs.read_text(DPKG_STATUS)
+    except OSError:
+        return None
+    found = []
+    for stanza in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if line and not line[0].isspace() and ":" in line:
+                key, value = line.split(":", 1)
+                fields[key] = value.strip()
+        name, status = fields.get("Package", ""), fields.get("Status", "").split()
+        # Status: "<want> <error-flag> <state>", e.g. "hold ok installed", "install ok installed".
+        if DRIVER_PACKAGE.match(name) and len(status) == 3 and status[2] == "installed":
+            found.append(Package(name, fields.get("Version", ""), held=status[0] == "hold"))
+    return tuple(sorted(found, key=lambda p: p.name))
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    text: str | None
+    error: str | None = None  # why it could not be read (e.g. needs root)
+
+
+def read_kernel_log(fs: HostFS, runner: CommandRunner, euid: int | None = None) -> KernelLog:
+    """The kernel ring buffer (since boot, as far as it reaches). With kernel.dmesg_restrict=1 only root
+    may read it: an ordinary user gets the reason instead, and the check says `skip`."""
+    euid = os.geteuid() if euid is None else euid
+    try:
+        restricted = fs.read_text("/proc/sys/kernel/dmesg_restrict").strip() == "1"
+    except OSError:
+        restricted = False
+    if restricted and euid != 0:
+        return KernelLog(None, "needs root (kernel.dmesg_restrict=1)")
+    done = runner.run(["dmesg", "--kernel", "--notime"])
+    if not done.ok:
+        return KernelLog(None, f"dmesg failed (rc={done.returncode}): {done.stderr.strip()}")
+    return KernelLog(done.stdout)

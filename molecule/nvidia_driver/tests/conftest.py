@@ -1,0 +1,50 @@
+"""Helpers for the nvidia_driver verifier (runs on the controller against the molecule containers)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCENARIO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(SCENARIO.parent.parent))
+
+from tests.molecule_support import PlaybookRun, audit_as_user, run_playbook  # noqa: E402
+
+__all__ = ["SCENARIO", "PlaybookRun", "audit_as_user", "run_playbook"]
+
+SYS_DIR = "/srv/fake-gpu-sys"
+
+
+def groups_of(host: Any) -> list[str]:
+    return list(host.ansible.get_variables().get("group_names", []))
+
+
+def gpgpu_offer(host: Any, sys_dir: str = SYS_DIR) -> list[str]:
+    """What the real ubuntu-drivers in the container offers for its synthetic GPUs, best first."""
+    cmd = host.run(f"UBUNTU_DRIVERS_SYS_DIR={sys_dir} ubuntu-drivers list --gpgpu 2>/dev/null")
+    assert cmd.rc == 0, cmd.stderr
+    return [
+        line.split(",")[0].strip() for line in cmd.stdout.splitlines() if line.startswith("nvidia-driver-")
+    ]
+
+
+def dpkg_status(host: Any) -> dict[str, str]:
+    """package -> db:Status-Abbrev ("ii", "hi", ...) for every package dpkg knows."""
+    out = host.check_output("dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n'")
+    return {p: s.strip() for p, s in (line.split(" ", 1) for line in out.splitlines())}
+
+
+def branch_of(driver_package: str) -> str:
+    match = re.match(r"nvidia-driver-([0-9]+)", driver_package)
+    assert match, driver_package
+    return match.group(1)
+
+
+@pytest.fixture
+def manifest(host: Any) -> dict[str, Any]:
+    return dict(json.loads(host.file("/etc/dltune/expected.d/nvidia_driver.json").content_string))
