@@ -40,7 +40,8 @@ def run_playbook(
     for play in report["plays"]:
         for task in play["tasks"]:
             result = task["hosts"].get(name, {})
-            results[task["task"]["name"]] = result
+            # role tasks are named "<role> : <task name>" in the JSON output
+            results[task["task"]["name"].split(" : ", 1)[-1]] = result
             if not result.get("failed"):
                 continue
             # A looped assert fails as "One or more items failed"; its message is in the failed item.

@@ -354,7 +354,7 @@ def run_module() -> None:
                 "install",
                 "-s",
                 "--no-install-recommends",
-                "--allow-change-held-packages",
+                "--ignore-hold",
                 *packages,
             ],
             "apt-get install -s (simulated)",
