@@ -1,0 +1,68 @@
+#!/usr/bin/python3
+"""Host routes for storage VIPs: `VIP/32 dev IF src ADDR`, compared with `ip -j route` first.
+
+Changes use `ip route replace` (atomic: a route is never deleted to be re-added, so traffic to a VIP
+never loses its path), and `absent` deletes only the /32 routes this role describes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: nfs_multivip_routes
+short_description: Ensure /32 host routes to storage VIPs leave by a given interface and source
+options:
+  vips:
+    type: list
+    elements: dict
+    required: true
+    description: Items with address (the VIP), interface and source (an address on that interface).
+  state: {type: str, default: present, choices: [present, absent]}
+"""
+
+
+def route_differs(current: list[dict], dev: str, src: str) -> bool:
+    """True unless exactly one route exists for the prefix, on dev, with preferred source src."""
+    if len(current) != 1:
+        return True
+    route = current[0]
+    return route.get("dev") != dev or route.get("prefsrc") != src
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "vips": {"type": "list", "elements": "dict", "required": True},
+            "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+        },
+        supports_check_mode=True,
+    )
+    changes = []
+    for vip in module.params["vips"]:
+        prefix = f"{vip['address']}/32"
+        rc, out, err = module.run_command(["ip", "-j", "route", "show", "exact", prefix])
+        if rc != 0:
+            module.fail_json(msg=f"ip route show {prefix} failed: {err.strip()}")
+        current = json.loads(out or "[]")
+        if module.params["state"] == "present":
+            if not route_differs(current, vip["interface"], vip["source"]):
+                continue
+            argv = ["ip", "route", "replace", prefix, "dev", vip["interface"], "src", vip["source"]]
+            argv += ["scope", "link"]
+        else:
+            if not current:
+                continue
+            argv = ["ip", "route", "del", prefix]
+        changes.append({"route": prefix, "before": current, "command": " ".join(argv)})
+        if not module.check_mode:
+            rc, _, err = module.run_command(argv)
+            if rc != 0:
+                module.fail_json(msg=f"{' '.join(argv)} failed: {err.strip()}", changes=changes)
+    module.exit_json(changed=bool(changes), changes=changes)
+
+
+if __name__ == "__main__":
+    main()
