@@ -71,6 +71,12 @@ def audit(
             "--facts-file", help="Also write Ansible local facts (e.g. /etc/ansible/facts.d/dltune.fact)."
         ),
     ] = None,
+    nfs_timeout: Annotated[
+        float,
+        typer.Option(
+            "--nfs-timeout", help="Seconds an NFS mount may take to answer before it counts as stale."
+        ),
+    ] = 5.0,
 ) -> None:
     """Read-only audit of this node against what the roles applied. Exit 0 ok, 1 fail, 2 usage/error."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr)
@@ -81,7 +87,11 @@ def audit(
         raise typer.BadParameter(f"{textfile_dir} is not a directory", param_hint="--textfile-dir")
     if facts_file is not None and not facts_file.parent.is_dir():
         raise typer.BadParameter(f"{facts_file.parent} does not exist", param_hint="--facts-file")
-    snapshot = collect_snapshot(root, areas=areas)
+    if nfs_timeout <= 0:
+        raise typer.BadParameter(
+            f"{nfs_timeout} must be a positive number of seconds", param_hint="--nfs-timeout"
+        )
+    snapshot = collect_snapshot(root, areas=areas, nfs_timeout=nfs_timeout)
     for path, error in snapshot.errors.items():
         log.info("probe could not read %s: %s", path, error)
     results = run_checks(snapshot, areas)

@@ -12,6 +12,13 @@ from typing import Any
 from dltune.probes.hostfs import HostFS
 from dltune.probes.manifest import MANIFEST_DIR, read_manifest
 from dltune.probes.mounts import Fstab, Mount, parse_fstab, parse_mountinfo
+from dltune.probes.network import (
+    NFS_FSTYPES,
+    Responsiveness,
+    RouteChoice,
+    probe_responsive,
+    route_to,
+)
 from dltune.probes.nvml import NvmlState, probe_nvml
 from dltune.probes.packages import KernelLog, Package, read_driver_packages, read_kernel_log
 from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
@@ -43,6 +50,10 @@ class Snapshot:
     kernel_modules: frozenset[str] = frozenset()
     # Installed NVIDIA driver packages (None: no dpkg database here).
     driver_packages: tuple[Package, ...] | None = None
+    # VIP -> what `ip route get` chose (network area, for the VIPs the nfs_multivip manifest lists)
+    vip_routes: Mapping[str, RouteChoice] = field(default_factory=dict)
+    # NFS mount point -> whether statfs answered within the timeout (nfs area)
+    nfs_responsive: Mapping[str, Responsiveness] = field(default_factory=dict)
     kernel_log: KernelLog = field(default_factory=lambda: KernelLog(None, "not probed"))
     errors: Mapping[str, str] = field(default_factory=dict)
 
@@ -52,6 +63,7 @@ def collect_snapshot(
     runner: CommandRunner | None = None,
     areas: Iterable[str] | None = None,
     euid: int | None = None,
+    nfs_timeout: float = 5.0,
 ) -> Snapshot:
     """Read the host. With ``areas``, probes that only other areas judge (NVML, statvfs) are left out:
     `--only storage` must not touch a GPU driver that may hang, nor a mount that may."""
@@ -102,6 +114,20 @@ def collect_snapshot(
             line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line
         ),
         driver_packages=read_driver_packages(fs) if needed("driver") else None,
+        vip_routes=(
+            {vip: route_to(runner, vip) for vip in _manifest_vips(expected)} if needed("network") else {}
+        ),
+        # statfs on a dead NFS server would hang: only the nfs area asks, each in a killable child,
+        # and never under a fixture --root (the mounts there are not this host's).
+        nfs_responsive=(
+            {
+                m.mount_point: probe_responsive(m.mount_point, nfs_timeout)
+                for m in mounts
+                if m.fstype in NFS_FSTYPES
+            }
+            if needed("nfs") and fs.root == Path("/")
+            else {}
+        ),
         kernel_log=(
             read_kernel_log(fs, runner, euid)
             if needed("gpu")
@@ -109,6 +135,11 @@ def collect_snapshot(
         ),
         errors=errors,
     )
+
+
+def _manifest_vips(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    vips = expected.get("nfs_multivip", {}).get("vips", [])
+    return [str(v["address"]) for v in vips if isinstance(v, Mapping) and v.get("address")]
 
 
 def read_optional(fs: HostFS, host_path: str) -> str | None:

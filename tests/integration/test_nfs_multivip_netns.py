@@ -79,6 +79,26 @@ class ClientNode:
         changed = self.upper / path.removeprefix("/etc/")
         return changed if changed.exists() else Path(path)
 
+    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+        """A command in the client namespace, seeing the client's /etc."""
+        overlay = f"lowerdir=/etc,upperdir={self.upper},workdir={self.work}"
+        inner = f"mount -t overlay overlay -o {overlay} /etc && {command}"
+        return subprocess.run(
+            ["ip", "netns", "exec", CLIENT, "unshare", "-m", "--propagation", "private", "sh", "-c", inner],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+            cwd=REPO_ROOT,
+        )
+
+    def audit(self) -> tuple[int, dict[tuple[str, str | None], str]]:
+        done = self.run(f"{sys.executable} -m dltune.cli audit --only network,nfs --format json")
+        assert done.returncode in (0, 1), done.stderr
+        return done.returncode, {
+            (r["id"], r["subject"]): r["status"] for r in json.loads(done.stdout)["results"]
+        }
+
     def apply(self, extra_vars: dict[str, Any], *, check: bool = False) -> Applied:
         playbook = REPO_ROOT / "tests/integration/playbooks/nfs_multivip.yml"
         ansible = Path(sys.executable).parent / "ansible-playbook"
@@ -191,6 +211,15 @@ def test_routes_spread_the_vips_over_both_nics(node: ClientNode) -> None:
         assert client("sysctl", "-n", f"net.ipv4.conf.{nic}.rp_filter").strip() == "2"
 
 
+def test_audit_passes_the_routes_the_role_applied(node: ClientNode) -> None:
+    rc, results = node.audit()
+    assert {results[("network.vip_routes", v["address"])] for v in VIPS} == {"pass"}
+    assert results[("network.vip_spread", None)] == "pass"
+    assert {results[("nfs.fstab", v["mount_point"])] for v in VIPS} == {"pass"}
+    assert results[("nfs.vip_mounts", None)] == "skip"  # state present: fstab only
+    assert rc == 0
+
+
 def test_each_vip_reads_arrive_on_its_own_nic(node: ClientNode) -> None:
     for vip in VIPS:
         arrived = read_through(vip["address"])
@@ -223,6 +252,9 @@ def test_a_moved_route_is_put_back(node: ClientNode) -> None:
     client("ip", "route", "replace", f"{VIPS[1]['address']}/32", "dev", "em1", "src", f"{NET}.112")
     assert node.apply(BASE_VARS, check=True).changed > 0
     assert json.loads(client("ip", "-j", "route", "get", VIPS[1]["address"]))[0]["dev"] == "em1"
+    rc, results = node.audit()
+    assert (rc, results[("network.vip_routes", VIPS[1]["address"])]) == (1, "fail")
+    assert results[("network.vip_spread", None)] == "fail"
     assert node.apply(BASE_VARS).changed > 0
     assert json.loads(client("ip", "-j", "route", "get", VIPS[1]["address"]))[0]["dev"] == "em2"
 

@@ -43,8 +43,10 @@ up() {
   for tool in ganesha.nfsd rpcbind nfs-cat; do command -v "$tool" >/dev/null || missing+=("$tool"); done
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing nfs-ganesha, libnfs-utils, rpcbind (missing: ${missing[*]})"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      nfs-ganesha nfs-ganesha-vfs libnfs-utils rpcbind >/dev/null
+    local packages=(nfs-ganesha nfs-ganesha-vfs libnfs-utils rpcbind)
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+          "${packages[@]}" >/dev/null; }
   fi
   down >/dev/null 2>&1
   mkdir -p "$NFS_STATE/ganesha/recov" "$NFS_STATE/export/nfs0"

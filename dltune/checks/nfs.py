@@ -1,0 +1,144 @@
+"""Area ``nfs``: the export is in fstab and mounted once per VIP with the planned options, and
+every NFS mount answers (probed in a killable child: a dead server gives `fail`, never a hang)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dltune.checks import check
+from dltune.model import Result, Status
+from dltune.probes import Snapshot
+from dltune.probes.mounts import option_value
+from dltune.probes.network import NFS_FSTYPES
+
+# Options the mount table must show as planned (the kernel reports these in its superblock options).
+JUDGED_OPTIONS = ("vers", "proto", "rsize", "wsize", "nconnect")
+JUDGED_FLAGS = ("hard", "soft")
+
+
+def _manifest(snap: Snapshot) -> Mapping[str, Any]:
+    return snap.expected.get("nfs_multivip", {})
+
+
+def _vips(snap: Snapshot) -> list[Mapping[str, Any]]:
+    return [v for v in _manifest(snap).get("vips", []) if isinstance(v, Mapping)]
+
+
+def _option_gaps(planned: list[str], actual: tuple[str, ...]) -> dict[str, Any]:
+    gaps: dict[str, Any] = {}
+    planned_t = tuple(planned)
+    for name in JUDGED_OPTIONS:
+        want = option_value(planned_t, name)
+        if want is not None:
+            have = option_value(actual, name)
+            # vers=3 shows as vers=3; the kernel may print 4.2 for 4: compare the planned prefix
+            if have is None or not (have == want or have.startswith(f"{want}.")):
+                gaps[name] = {"planned": want, "actual": have}
+    for flag in JUDGED_FLAGS:
+        if flag in planned_t and flag not in actual:
+            gaps[flag] = {"planned": True, "actual": False}
+    return gaps
+
+
+@check("nfs.fstab")
+def fstab(snap: Snapshot) -> list[Result]:
+    vips = _vips(snap)
+    if not vips:
+        return [Result("nfs.fstab", Status.SKIP, "no nfs_multivip manifest (or state absent)")]
+    manifest = _manifest(snap)
+    planned = [str(o) for o in manifest.get("options", [])]
+    results = []
+    for vip in vips:
+        mount_point, source = str(vip["mount_point"]), f"{vip['address']}:{manifest.get('server_path')}"
+        entries = [e for e in snap.fstab.entries if e.mount_point.rstrip("/") == mount_point.rstrip("/")]
+        if len(entries) != 1:
+            results.append(
+                Result(
+                    "nfs.fstab",
+                    Status.FAIL,
+                    f"fstab has {len(entries)} entries for {mount_point} (expected one, from {source})",
+                    subject=mount_point,
+                    remedy="apply role nfs_multivip",
+                )
+            )
+            continue
+        entry = entries[0]
+        missing = sorted(set(planned) - set(entry.options))
+        ok = entry.spec == source and entry.fstype in NFS_FSTYPES and not missing
+        results.append(
+            Result(
+                "nfs.fstab",
+                Status.PASS if ok else Status.FAIL,
+                f"{entry.spec} -> {mount_point}"
+                + ("" if ok else f" differs from the plan ({source}; missing options: {', '.join(missing)})"),
+                subject=mount_point,
+                evidence={"spec": entry.spec, "fstype": entry.fstype, "missing_options": missing},
+                remedy=None if ok else "apply role nfs_multivip",
+            )
+        )
+    return results
+
+
+@check("nfs.vip_mounts")
+def vip_mounts(snap: Snapshot) -> list[Result]:
+    vips = _vips(snap)
+    manifest = _manifest(snap)
+    if not vips:
+        return [Result("nfs.vip_mounts", Status.SKIP, "no nfs_multivip manifest (or state absent)")]
+    if manifest.get("state") != "mounted":
+        return [
+            Result("nfs.vip_mounts", Status.SKIP, f"state {manifest.get('state')}: fstab only, not mounted")
+        ]
+    planned = [str(o) for o in manifest.get("options", [])]
+    by_point = {m.mount_point.rstrip("/"): m for m in snap.mounts if m.fstype in NFS_FSTYPES}
+    results = []
+    for vip in vips:
+        mount_point, source = str(vip["mount_point"]), f"{vip['address']}:{manifest.get('server_path')}"
+        mount = by_point.get(mount_point.rstrip("/"))
+        if mount is None:
+            results.append(
+                Result(
+                    "nfs.vip_mounts",
+                    Status.FAIL,
+                    f"{mount_point} is not mounted (expected {source})",
+                    subject=mount_point,
+                    remedy=f"mount {mount_point} (or apply role nfs_multivip); check the server and route",
+                    critical=True,
+                )
+            )
+            continue
+        gaps = _option_gaps(planned, mount.options)
+        ok = mount.source == source and not gaps
+        results.append(
+            Result(
+                "nfs.vip_mounts",
+                Status.PASS if ok else Status.FAIL,
+                f"{mount.source} on {mount_point}"
+                + ("" if ok else f": differs from the plan ({source}, {gaps})"),
+                subject=mount_point,
+                evidence={"source": mount.source, "option_gaps": gaps},
+                remedy=None if ok else f"umount {mount_point} && mount {mount_point} (fstab has the plan)",
+            )
+        )
+    return results
+
+
+@check("nfs.responsive")
+def responsive(snap: Snapshot) -> list[Result]:
+    if not snap.nfs_responsive:
+        return [Result("nfs.responsive", Status.SKIP, "no NFS mounts")]
+    results = []
+    for mount_point, probe in sorted(snap.nfs_responsive.items()):
+        results.append(
+            Result(
+                "nfs.responsive",
+                Status.PASS if probe.ok else Status.FAIL,
+                probe.detail if probe.ok else f"stale or unreachable: {probe.detail}",
+                subject=mount_point,
+                metrics={"statfs_seconds": round(probe.seconds, 3)},
+                critical=not probe.ok,
+                remedy=None if probe.ok else "check the NFS server and the route to its VIP; drain the node",
+            )
+        )
+    return results

@@ -1,0 +1,66 @@
+"""Routes to the storage VIPs, and whether NFS mounts answer, without ever hanging on a dead server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dltune.probes.runner import CommandRunner
+
+NFS_FSTYPES = ("nfs", "nfs4")
+
+
+@dataclass(frozen=True)
+class RouteChoice:
+    """What `ip route get VIP` says the kernel does for a packet to the VIP."""
+
+    dev: str | None
+    prefsrc: str | None
+    error: str | None = None
+
+
+def route_to(runner: CommandRunner, address: str) -> RouteChoice:
+    done = runner.run(["ip", "-j", "route", "get", address])
+    if not done.ok:
+        return RouteChoice(None, None, done.stderr.strip() or f"ip route get failed (rc={done.returncode})")
+    try:
+        first = json.loads(done.stdout)[0]
+    except (ValueError, IndexError, TypeError):
+        return RouteChoice(None, None, f"unreadable ip -j output: {done.stdout[:80]!r}")
+    return RouteChoice(first.get("dev"), first.get("prefsrc"))
+
+
+@dataclass(frozen=True)
+class Responsiveness:
+    ok: bool
+    seconds: float
+    detail: str
+
+
+def probe_responsive(path: str, timeout: float, argv: Sequence[str] | None = None) -> Responsiveness:
+    """statfs() the mount point in a child process that is killed after ``timeout`` seconds.
+
+    A hard NFS mount on a dead server blocks statfs in the kernel for minutes; the audit must not.
+    The child is killed and never waited for beyond a short grace (a task in uninterruptible sleep
+    dies only when the RPC gives up), so the audit returns within timeout + ~0.2 s."""
+    command = list(argv) if argv is not None else ["stat", "--file-system", "--format", "%b", path]
+    start = time.monotonic()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = start + timeout
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            seconds = time.monotonic() - start
+            if child.returncode == 0:
+                return Responsiveness(True, seconds, f"statfs answered in {seconds:.2f}s")
+            err = (child.stderr.read() if child.stderr else b"").decode(errors="replace").strip()
+            return Responsiveness(False, seconds, f"statfs failed: {err or child.returncode}")
+        time.sleep(0.02)
+    child.kill()
+    # A child stuck in the kernel is left behind: it goes when the RPC times out.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=0.2)
+    return Responsiveness(False, time.monotonic() - start, f"no answer within {timeout:g}s")

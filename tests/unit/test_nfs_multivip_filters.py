@@ -1,0 +1,71 @@
+"""nfs_multivip's input validation (roles/nfs_multivip/filter_plugins/nfs_multivip.py) against
+Ansible facts shaped like a two-NIC node's."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+from tests.conftest import REPO_ROOT
+
+
+def _load() -> ModuleType:
+    path = REPO_ROOT / "roles/nfs_multivip/filter_plugins/nfs_multivip.py"
+    spec = importlib.util.spec_from_file_location("nfs_multivip_filters", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+errors_of = _load().nfs_multivip_errors
+FACTS = {
+    "interfaces": ["lo", "em1", "em2", "eno1"],
+    "em1": {"ipv4": {"address": "10.21.115.112"}},
+    "em2": {"ipv4": {"address": "10.21.115.113"}, "ipv4_secondaries": [{"address": "10.21.115.114"}]},
+    "eno1": {"ipv4": {"address": "192.0.2.10"}},
+}
+GOOD = [
+    {"address": "10.21.115.6", "mount_point": "/mnt/nfs0", "interface": "em1", "source": "10.21.115.112"},
+    {"address": "10.21.115.7", "mount_point": "/mnt/nfs1", "interface": "em2", "source": "10.21.115.114"},
+]
+
+
+def test_valid_input_passes() -> None:
+    assert errors_of(GOOD, "/nfs0", FACTS, {"peer": "192.0.2.1", "dev": "eno1"}) == []
+
+
+def test_each_bad_input_names_its_variable() -> None:
+    bad = [
+        {"address": "10.21.115", "mount_point": "mnt", "interface": "em1", "source": "10.21.115.112"},
+        {"address": "10.21.115.7", "mount_point": "/mnt/nfs1", "interface": "em7", "source": "10.21.115.113"},
+        {
+            "address": "10.21.115.8",
+            "mount_point": "/mnt/nfs1/",
+            "interface": "em1",
+            "source": "10.21.115.113",
+        },
+        {"address": "10.21.115.8", "mount_point": "/", "interface": "em2", "source": "10.21.115.113"},
+    ]
+    found = errors_of(bad, "nfs0", FACTS)
+    assert any(e.startswith("nfs_multivip_server_path='nfs0'") for e in found)
+    assert any("nfs_multivip_vips[0].address='10.21.115' is not an IPv4" in e for e in found)
+    assert any("nfs_multivip_vips[0].mount_point='mnt'" in e for e in found)
+    assert any("nfs_multivip_vips[1].interface='em7' is not an interface" in e for e in found)
+    assert any("nfs_multivip_vips[2].mount_point=/mnt/nfs1/ is already used" in e for e in found)
+    assert any("nfs_multivip_vips[2].source='10.21.115.113' is not an address on em1" in e for e in found)
+    assert any("nfs_multivip_vips[3].address=10.21.115.8 is listed twice" in e for e in found)
+    assert any("nfs_multivip_vips[3].mount_point='/'" in e for e in found)
+    assert errors_of([], "/nfs0", FACTS) == [
+        "nfs_multivip_vips is empty: give at least one {address, mount_point, interface, source}"
+    ]
+
+
+def test_a_route_that_would_move_the_ansible_connection_is_refused() -> None:
+    """The controller sits at a VIP address reached through eno1: routing it over em1 cuts Ansible off."""
+    control = {"peer": "10.21.115.6", "dev": "eno1"}
+    found = errors_of(GOOD, "/nfs0", FACTS, control)
+    assert len(found) == 1 and "the address Ansible connects from" in found[0] and "[0]" in found[0]
+    assert errors_of(GOOD, "/nfs0", FACTS, {"peer": "10.21.115.6", "dev": "em1"}) == []

@@ -1,0 +1,115 @@
+"""nfs and network checks on snapshots built from text (mountinfo, fstab, `ip -j route get` answers
+recorded in a fixture tree), and the killable statfs probe against a child that never answers."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from dltune.checks.network import vip_routes, vip_spread
+from dltune.checks.nfs import fstab, responsive, vip_mounts
+from dltune.model import Status
+from dltune.probes import Snapshot, collect_snapshot
+from dltune.probes.network import Responsiveness, probe_responsive
+
+OPTIONS = ["vers=3", "proto=tcp", "rsize=524288", "wsize=524288", "hard", "_netdev", "nofail"]
+MANIFEST = {
+    "schema_version": 1,
+    "role": "nfs_multivip",
+    "server_path": "/nfs0",
+    "state": "mounted",
+    "options": OPTIONS,
+    "vips": [
+        {"address": "10.21.115.6", "mount_point": "/mnt/nfs0", "interface": "em1", "source": "10.21.115.112"},
+        {"address": "10.21.115.7", "mount_point": "/mnt/nfs1", "interface": "em2", "source": "10.21.115.113"},
+    ],
+}
+SUPER = "rw,vers=3,rsize=524288,wsize=524288,namlen=255,hard,proto=tcp,timeo=600,retrans=2,sec=sys"
+MOUNTINFO = (
+    "22 1 8:1 / / rw,relatime - ext4 /dev/vda1 rw\n"
+    f"40 22 0:50 / /mnt/nfs0 rw,noatime - nfs 10.21.115.6:/nfs0 {SUPER},addr=10.21.115.6\n"
+    f"41 22 0:51 / /mnt/nfs1 rw,noatime - nfs 10.21.115.7:/nfs0 {SUPER.replace('hard', 'soft')}"
+    ",addr=10.21.115.7\n"
+)
+FSTAB = "".join(
+    f"{v['address']}:/nfs0 {v['mount_point']} nfs {','.join(OPTIONS)} 0 0\n"
+    for v in MANIFEST["vips"]  # type: ignore[index]
+)
+
+
+def route(dev: str, src: str) -> dict[str, object]:
+    return {"stdout": json.dumps([{"dst": "x", "dev": dev, "prefsrc": src}])}
+
+
+def tree(tmp_path: Path, routes: dict[str, dict[str, object]]) -> Path:
+    (tmp_path / "etc/dltune/expected.d").mkdir(parents=True)
+    (tmp_path / "etc/dltune/expected.d/nfs_multivip.json").write_text(json.dumps(MANIFEST))
+    (tmp_path / "etc/fstab").write_text(FSTAB)
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/mountinfo").write_text(MOUNTINFO)
+    (tmp_path / "dltune-commands.json").write_text(
+        json.dumps({f"ip -j route get {vip}": answer for vip, answer in routes.items()})
+    )
+    return tmp_path
+
+
+def test_routes_as_planned_pass_and_a_vip_on_the_wrong_nic_fails(tmp_path: Path) -> None:
+    good = collect_snapshot(
+        tree(
+            tmp_path,
+            {"10.21.115.6": route("em1", "10.21.115.112"), "10.21.115.7": route("em2", "10.21.115.113")},
+        ),
+        areas=["network"],
+    )
+    assert [r.status for r in vip_routes(good)] == [Status.PASS, Status.PASS]
+    assert vip_spread(good).status is Status.PASS
+    collapsed = collect_snapshot(
+        tree(
+            tmp_path / "b",
+            {"10.21.115.6": route("em1", "10.21.115.112"), "10.21.115.7": route("em1", "10.21.115.112")},
+        ),
+        areas=["network"],
+    )
+    statuses = {r.subject: r.status for r in vip_routes(collapsed)}
+    assert statuses == {"10.21.115.6": Status.PASS, "10.21.115.7": Status.FAIL}
+    spread = vip_spread(collapsed)
+    assert spread.status is Status.FAIL and spread.evidence["actual_vips_per_nic"] == {"em1": 2}
+    missing = collect_snapshot(tree(tmp_path / "c", {}), areas=["network"])
+    assert all(r.status is Status.FAIL and r.critical for r in vip_routes(missing))
+
+
+def test_mounts_are_judged_against_the_plan(tmp_path: Path) -> None:
+    snap = collect_snapshot(tree(tmp_path, {}), areas=["nfs"])
+    results = {r.subject: r for r in vip_mounts(snap)}
+    assert results["/mnt/nfs0"].status is Status.PASS
+    assert results["/mnt/nfs1"].status is Status.FAIL
+    assert "hard" in results["/mnt/nfs1"].evidence["option_gaps"]
+    assert [r.status for r in fstab(snap)] == [Status.PASS, Status.PASS]
+    # no statfs under a fixture root: those mounts are not this host's
+    assert [r.status for r in responsive(snap)] == [Status.SKIP]
+
+
+def test_present_state_skips_the_mount_check_and_no_manifest_skips_all() -> None:
+    present = Snapshot(root="/", expected={"nfs_multivip": {**MANIFEST, "state": "present"}})
+    assert [r.status for r in vip_mounts(present)] == [Status.SKIP]
+    bare = Snapshot(root="/")
+    assert [r.status for r in fstab(bare)] == [Status.SKIP]
+    assert vip_spread(bare).status is Status.SKIP
+
+
+def test_a_mount_that_does_not_answer_is_reported_stale_within_the_timeout() -> None:
+    """A child that never returns stands in for statfs on a dead hard NFS mount."""
+    start = time.monotonic()
+    probe = probe_responsive("/mnt/nfs0", timeout=0.5, argv=["sleep", "30"])
+    elapsed = time.monotonic() - start
+    assert not probe.ok and "no answer within 0.5s" in probe.detail
+    assert elapsed < 1.5
+    snap = Snapshot(
+        root="/", nfs_responsive={"/mnt/nfs0": probe, "/mnt/ok": Responsiveness(True, 0.01, "ok")}
+    )
+    results = {r.subject: r for r in responsive(snap)}
+    assert results["/mnt/nfs0"].status is Status.FAIL and results["/mnt/nfs0"].critical
+    assert results["/mnt/nfs0"].summary.startswith("stale or unreachable")
+    assert results["/mnt/ok"].status is Status.PASS
+    assert probe_responsive("/", timeout=5).ok
