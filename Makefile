@@ -70,6 +70,7 @@ demo: lab
 bench: venv
 	$(PY) benchmarks/audit_speed.py
 	$(PY) benchmarks/noatime.py
+	$(PY) benchmarks/nfs_audit.py
 
 clean: lab-down
 	rm -rf build .cache

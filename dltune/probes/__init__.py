@@ -16,7 +16,7 @@ from dltune.probes.network import (
     NFS_FSTYPES,
     Responsiveness,
     RouteChoice,
-    probe_responsive,
+    probe_responsive_many,
     route_to,
 )
 from dltune.probes.nvml import NvmlState, probe_nvml
@@ -120,11 +120,7 @@ def collect_snapshot(
         # statfs on a dead NFS server would hang: only the nfs area asks, each in a killable child,
         # and never under a fixture --root (the mounts there are not this host's).
         nfs_responsive=(
-            {
-                m.mount_point: probe_responsive(m.mount_point, nfs_timeout)
-                for m in mounts
-                if m.fstype in NFS_FSTYPES
-            }
+            probe_responsive_many([m.mount_point for m in mounts if m.fstype in NFS_FSTYPES], nfs_timeout)
             if needed("nfs") and fs.root == Path("/")
             else {}
         ),

@@ -6,7 +6,7 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dltune.probes.runner import CommandRunner
@@ -42,25 +42,49 @@ class Responsiveness:
 
 
 def probe_responsive(path: str, timeout: float, argv: Sequence[str] | None = None) -> Responsiveness:
-    """statfs() the mount point in a child process that is killed after ``timeout`` seconds.
+    """statfs() one mount point in a child process that is killed after ``timeout`` seconds."""
+    return probe_responsive_many([path], timeout, None if argv is None else {path: argv})[path]
+
+
+def probe_responsive_many(
+    paths: Sequence[str], timeout: float, argv: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, Responsiveness]:
+    """statfs() every mount point at once, each in a child process killed after ``timeout`` seconds.
 
     A hard NFS mount on a dead server blocks statfs in the kernel for minutes; the audit must not.
-    The child is killed and never waited for beyond a short grace (a task in uninterruptible sleep
-    dies only when the RPC gives up), so the audit returns within timeout + ~0.2 s."""
-    command = list(argv) if argv is not None else ["stat", "--file-system", "--format", "%b", path]
+    The children run in parallel (a dead server takes timeout, not timeout x mounts), are killed at
+    the deadline and never waited for beyond a short grace (a task in uninterruptible sleep dies
+    only when its RPC gives up), so the audit returns within timeout + ~0.2 s."""
     start = time.monotonic()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    children = {
+        path: subprocess.Popen(
+            list((argv or {}).get(path) or ["stat", "--file-system", "--format", "%b", path]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for path in paths
+    }
+    results: dict[str, Responsiveness] = {}
     deadline = start + timeout
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
+    while len(results) < len(children) and time.monotonic() < deadline:
+        for path, child in children.items():
+            if path in results or child.poll() is None:
+                continue
             seconds = time.monotonic() - start
             if child.returncode == 0:
-                return Responsiveness(True, seconds, f"statfs answered in {seconds:.2f}s")
-            err = (child.stderr.read() if child.stderr else b"").decode(errors="replace").strip()
-            return Responsiveness(False, seconds, f"statfs failed: {err or child.returncode}")
+                results[path] = Responsiveness(True, seconds, f"statfs answered in {seconds:.2f}s")
+            else:
+                err = (child.stderr.read() if child.stderr else b"").decode(errors="replace").strip()
+                results[path] = Responsiveness(False, seconds, f"statfs failed: {err or child.returncode}")
         time.sleep(0.02)
-    child.kill()
-    # A child stuck in the kernel is left behind: it goes when the RPC times out.
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.wait(timeout=0.2)
-    return Responsiveness(False, time.monotonic() - start, f"no answer within {timeout:g}s")
+    for path, child in children.items():
+        if path not in results:
+            child.kill()
+            results[path] = Responsiveness(False, time.monotonic() - start, f"no answer within {timeout:g}s")
+    for child in children.values():
+        # A child stuck in the kernel is left behind: it goes when the RPC times out.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=0.2)
+        if child.stderr:
+            child.stderr.close()
+    return results

@@ -4,6 +4,7 @@
 #
 #   namespace dltune-nfs-storage: bridge br0 holding the VIPs .6-.9; ganesha + rpcbind; exports /nfs0
 #   namespace dltune-nfs-client:  em1 (.112) and em2 (.113), veths into br0
+#   taps tapem1/tapem2 on br0:   em1 (.122) and em2 (.123) of the VM (nfs-vm.sh start)
 #
 # Address rule: the test subnet exists only inside these namespaces, and a blackhole route for it in
 # the root namespace (added first, removed last) makes sure nothing for it ever leaves the machine.
@@ -56,8 +57,10 @@ up() {
   ip link add em1 netns "$NS_CLIENT" type veth peer name sp1 netns "$NS_STORAGE"
   ip link add em2 netns "$NS_CLIENT" type veth peer name sp2 netns "$NS_STORAGE"
   ip -n "$NS_STORAGE" link add br0 type bridge
-  for link in sp1 sp2; do ip -n "$NS_STORAGE" link set "$link" master br0; done
-  for link in lo sp1 sp2 br0; do ip -n "$NS_STORAGE" link set "$link" up; done
+  # taps for the VM of nfs-vm.sh (its em1/em2), on the same bridge
+  for tap in tapem1 tapem2; do ip -n "$NS_STORAGE" tuntap add dev "$tap" mode tap; done
+  for link in sp1 sp2 tapem1 tapem2; do ip -n "$NS_STORAGE" link set "$link" master br0; done
+  for link in lo sp1 sp2 tapem1 tapem2 br0; do ip -n "$NS_STORAGE" link set "$link" up; done
   for vip in "${VIPS[@]}"; do ip -n "$NS_STORAGE" addr add "$NET.$vip/24" dev br0; done
   ip -n "$NS_CLIENT" addr add "$NET.112/24" dev em1
   ip -n "$NS_CLIENT" addr add "$NET.113/24" dev em2

@@ -113,3 +113,14 @@ def test_a_mount_that_does_not_answer_is_reported_stale_within_the_timeout() -> 
     assert results["/mnt/nfs0"].summary.startswith("stale or unreachable")
     assert results["/mnt/ok"].status is Status.PASS
     assert probe_responsive("/", timeout=5).ok
+
+
+def test_many_dead_mounts_take_one_timeout_not_one_each() -> None:
+    from dltune.probes.network import probe_responsive_many
+
+    start = time.monotonic()
+    found = probe_responsive_many(
+        ["/a", "/b", "/c", "/"], 0.5, {p: ["sleep", "30"] for p in ("/a", "/b", "/c")}
+    )
+    assert time.monotonic() - start < 1.5
+    assert [found[p].ok for p in ("/a", "/b", "/c", "/")] == [False, False, False, True]

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# nfs-vm.sh build|start|stop — a small VM with the distribution kernel's real NFS client, for the
+# nfs_multivip tiers that need kernel mounts (this machine's kernel has no NFS, and containers share it).
+#
+# build: Debian's kernel from its .deb (virtio, ext4, nfs modules), a debootstrap rootfs (python3,
+#        python3-venv, openssh, nfs-common, netbase, iproute2), an ext4 image, a busybox initrd.
+#        Cached under $LAB_STATE/vm, keyed by the kernel version and this script (~90 s when rebuilt).
+# start: QEMU (TCG: this machine's /dev/kvm cannot run a stock kernel) inside the storage namespace of
+#        nfs-storage.sh, NICs em1/em2 on its bridge through taps, management over QEMU user networking
+#        (restrict=on: the VM reaches nothing) with SSH forwarded to 127.0.0.1:2222 in that namespace.
+#        -snapshot: every boot starts from the built image.
+source "$(dirname "$0")/lib.sh"
+need_root
+
+VM_DIR=$LAB_STATE/vm
+NS_STORAGE=dltune-nfs-storage
+SSH_PORT=2222
+
+kernel_version() {
+  apt-cache depends linux-image-amd64 2>/dev/null |
+    awk '/Depends: linux-image-[0-9]/{sub("linux-image-","",$2); print $2; exit}'
+}
+
+ensure_tools() {
+  local missing=()
+  for tool in qemu-system-x86_64 debootstrap cpio; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing qemu-system-x86, debootstrap, cpio (missing: ${missing[*]})"
+  local packages=(qemu-system-x86 debootstrap cpio)
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null; }
+}
+
+# modules_closure DESTROOT KROOT KV MODULE...: copy modules and their dependencies
+modules_closure() {
+  local dest=$1 kroot=$2 kv=$3; shift 3
+  local files="" line module file
+  for module in "$@"; do
+    line=$(grep -E "/$module\.ko(\.[a-z]+)?:" "$kroot/lib/modules/$kv/modules.dep") || die "module $module not in $kv"
+    files="$files ${line%%:*} ${line#*:}"
+  done
+  for file in $(echo "$files" | tr ' ' '\n' | sort -u); do
+    mkdir -p "$dest/lib/modules/$kv/$(dirname "$file")"
+    cp "$kroot/lib/modules/$kv/$file" "$dest/lib/modules/$kv/$file"
+  done
+  cp "$kroot/lib/modules/$kv"/modules.{builtin,builtin.modinfo,order} "$dest/lib/modules/$kv/"
+}
+
+build() {
+  ensure_tools
+  local kv key mirror
+  kv=$(kernel_version); [ -n "$kv" ] || die "no linux-image-amd64 in the apt sources"
+  key=$(cat "$0" | sha256sum | cut -c1-12)-$kv
+  if [ -s "$VM_DIR/built" ] && [ "$(cat "$VM_DIR/built")" = "$key" ]; then
+    log "VM image up to date ($key)"; return 0
+  fi
+  mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null)
+  mirror=${mirror:-$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list)}
+  rm -rf "$VM_DIR"; mkdir -p "$VM_DIR/kdeb" "$VM_DIR/ssh"; cd "$VM_DIR"
+  (cd kdeb && apt-get download -qq "linux-image-$kv" busybox-static 2>/dev/null) ||
+    die "cannot download linux-image-$kv and busybox-static"
+  dpkg-deb -x kdeb/linux-image-"${kv}"_*.deb kroot
+  # the initrd has no libc: a static busybox, taken from its package without installing it here
+  dpkg-deb -x kdeb/busybox-static_*.deb bbroot
+  local busybox=$VM_DIR/bbroot/bin/busybox
+  cp "kroot/boot/vmlinuz-$kv" vmlinuz
+  "$busybox" depmod -b kroot "$kv"
+  debootstrap --variant=minbase \
+    --include=python3,python3-venv,python3-packaging,python3-apt,openssh-server,nfs-common,netbase,iproute2,kmod,procps \
+    bookworm rootfs "$mirror" > debootstrap.log 2>&1 || { tail -5 debootstrap.log >&2; die "debootstrap failed"; }
+  rm -f rootfs/var/cache/apt/archives/*.deb
+  modules_closure rootfs kroot "$kv" virtio_pci virtio_net nfsv3 nfsv4
+  chroot rootfs depmod "$kv"
+  ssh-keygen -q -t ed25519 -N '' -f ssh/id_ed25519
+  install -d -m 700 rootfs/root/.ssh
+  install -m 600 ssh/id_ed25519.pub rootfs/root/.ssh/authorized_keys
+  cat > rootfs/sbin/lab-init <<'INIT'
+#!/bin/sh
+# PID 1 of the lab VM: NICs in PCI order, eth0 management (QEMU user net), eth1 -> em1, eth2 -> em2.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev 2>/dev/null
+mount -t tmpfs tmpfs /run; mkdir -p /dev/pts /run/sshd; mount -t devpts devpts /dev/pts; mount -o remount,rw /
+mount -t tmpfs tmpfs /tmp
+hostname gpu-node-vm; for m in virtio_net nfsv3 nfsv4; do modprobe $m; done
+ip link set lo up; ip link set eth1 name em1; ip link set eth2 name em2
+ip addr add 10.0.2.15/24 dev eth0; ip link set eth0 up; ip route add default via 10.0.2.2
+ip addr add 10.21.115.122/24 dev em1; ip link set em1 up
+ip addr add 10.21.115.123/24 dev em2; ip link set em2 up
+/usr/sbin/sshd -E /var/log/sshd.log
+echo "LAB-INIT: sshd up at $(cut -d' ' -f1 /proc/uptime)s" > /dev/console
+while :; do sleep 3600; done
+INIT
+  chmod +x rootfs/sbin/lab-init
+  mke2fs -q -t ext4 -d rootfs -L root rootfs.img 1536M
+  mkdir -p initrd/bin initrd/proc initrd/sys initrd/dev initrd/newroot
+  cp "$busybox" initrd/bin/
+  modules_closure initrd kroot "$kv" virtio_pci virtio_blk crc32c_generic ext4
+  "$busybox" depmod -b initrd "$kv"
+  cat > initrd/init <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+for m in virtio_pci virtio_blk crc32c_generic ext4; do modprobe $m; done
+for i in $(seq 50); do [ -b /dev/vda ] && break; sleep 0.1; done
+mount -t ext4 /dev/vda /newroot || { echo "LAB-INIT: root mount failed"; poweroff -f; }
+umount /proc /sys; mount --move /dev /newroot/dev
+exec switch_root /newroot /sbin/lab-init
+INIT
+  chmod +x initrd/init
+  (cd initrd && find . | cpio -o -H newc --quiet | gzip -1) > initrd.gz
+  rm -rf kroot kdeb bbroot rootfs initrd
+  echo "$key" > built
+  log "VM image built: kernel $kv"
+}
+
+start() {
+  [ -s "$VM_DIR/built" ] || die "no VM image: run $0 build"
+  ip netns list | grep -q "^$NS_STORAGE" || die "the storage namespace is not up: run nfs-storage.sh up"
+  stop >/dev/null 2>&1
+  rm -f "$VM_DIR/console.log"
+  ip netns exec "$NS_STORAGE" setsid qemu-system-x86_64 -accel tcg -cpu max -m 1536 -smp 2 -snapshot \
+    -kernel "$VM_DIR/vmlinuz" -initrd "$VM_DIR/initrd.gz" -append "console=ttyS0 panic=-1 quiet" \
+    -drive "file=$VM_DIR/rootfs.img,format=raw,if=virtio" -display none -no-reboot -nodefaults \
+    -serial "file:$VM_DIR/console.log" \
+    -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$SSH_PORT-:22" -device virtio-net-pci,netdev=mgmt,romfile= \
+    -netdev tap,id=n1,ifname=tapem1,script=no,downscript=no -device virtio-net-pci,netdev=n1,mac=52:54:00:00:01:01,romfile= \
+    -netdev tap,id=n2,ifname=tapem2,script=no,downscript=no -device virtio-net-pci,netdev=n2,mac=52:54:00:00:01:02,romfile= \
+    > "$VM_DIR/qemu.out" 2>&1 &
+  echo $! > "$VM_DIR/qemu.pid"
+  for _ in $(seq 1 480); do
+    grep -q 'LAB-INIT: sshd up' "$VM_DIR/console.log" 2>/dev/null && { log "VM up (ssh on 127.0.0.1:$SSH_PORT in $NS_STORAGE)"; return 0; }
+    grep -q 'root mount failed' "$VM_DIR/console.log" 2>/dev/null && die "VM root mount failed"
+    kill -0 "$(cat "$VM_DIR/qemu.pid")" 2>/dev/null || { cat "$VM_DIR/qemu.out" >&2; die "qemu exited"; }
+    sleep 0.5
+  done
+  die "VM did not come up in 240 s"
+}
+
+stop() {
+  [ -s "$VM_DIR/qemu.pid" ] || return 0
+  local pid; pid=$(cat "$VM_DIR/qemu.pid")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$VM_DIR/qemu.pid"
+}
+
+case ${1:-} in
+  build) build ;;
+  start) start ;;
+  stop) stop ;;
+  *) echo "usage: $0 build|start|stop" >&2; exit 2 ;;
+esac
