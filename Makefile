@@ -1,6 +1,7 @@
 # Two commands for a fresh machine (run as root: the lab starts a Docker engine):
 #   make demo   the lab, site.yml on its nodes, then the audit of each node
 #   make test   everything CI runs: venv, lab, linters, pytest, every molecule scenario, lab down
+#   make test-slow   the VM tiers (nfs_multivip tier 2 under QEMU/TCG, ~15 min), root
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help venv lab lab-down images wheelhouse lint unit pytest molecule test demo bench clean
+.PHONY: help venv lab lab-down images wheelhouse lint unit pytest test-slow molecule test demo bench clean
 
 help:
 	@grep -E '^#' Makefile | head -4
@@ -45,7 +46,11 @@ unit: venv
 
 # Needs the lab (make lab): DLTUNE_LAB_REQUIRED turns a missing lab into a failure, not a skip.
 pytest: venv
-	DLTUNE_LAB_REQUIRED=1 pytest
+	DLTUNE_LAB_REQUIRED=1 pytest -m "not slow"
+
+# The VM tiers (QEMU under TCG, ~15 min on 2 cores): root, no Docker needed.
+test-slow: venv
+	DLTUNE_LAB_REQUIRED=1 pytest -m slow
 
 # One scenario at a time: the loop-device scenarios must never overlap. All run; any failure fails.
 molecule: venv

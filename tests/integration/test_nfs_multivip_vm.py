@@ -5,6 +5,8 @@ The role mounts the export once per VIP for real; a second run changes nothing; 
 connection from the planned source address, and the bytes read through each mount cross the planned
 NIC (tap counters on the storage side). The audit in the VM passes as an ordinary user; then the
 NFS server is killed and the audit reports every mount as stale within its timeout instead of hanging.
+
+Marked slow (~15 min on 2 cores, mostly the dltune venv install under TCG): `make test-slow`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 
 from tests.lab.nfsvm import VIPS, apply_roles, stop_nfs_server, storage_and_vm, tap_tx, vm
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
