@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
 from datetime import datetime, timezone
@@ -12,8 +13,17 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 
 from dltune import __version__
+from dltune import stage as stage_mod
 from dltune.checks import run_checks
 from dltune.model import AREAS, EXIT_USAGE_OR_ERROR, exit_code
 from dltune.probes import collect_snapshot
@@ -110,6 +120,89 @@ def audit(
         # Piped into a log (Ansible, Slurm), a terminal's 80 columns would fold every summary.
         render_human(results, Console(width=None if sys.stdout.isatty() else 160), host)
     raise typer.Exit(exit_code(results))
+
+
+def _plan_advice(src: Path) -> list[str]:
+    entries = [e for e in stage_mod.scan_tree(src) if e.kind == "file"] if src.is_dir() else []
+    size = sum(e.size for e in entries) if src.is_dir() else src.stat().st_size
+    count = len(entries) if src.is_dir() else 1
+    mean = size / count if count else 0
+    lines = [
+        f"{src}: {size / 1e9:.2f} GB in {count} file(s), mean {mean / 1e3:.1f} kB,"
+        f" on {stage_mod.fstype_of(src)}"
+    ]
+    if src.is_dir() and count > 10_000 and mean < 1_000_000:
+        lines.append(
+            "pack: many small files; keep them as one archive (tar or tar.zst) on the shared filesystem"
+            " and stage the archive: each node then extracts it once instead of opening every file over NFS"
+        )
+    if size <= 10e9:
+        lines.append("memory: up to ~10 GB fits in RAM; stage it (or load it into memory) at job start")
+    elif size <= 100e9:
+        lines.append("stage: copy it to $SLURM_TMPDIR at job start (`dltune stage SRC`)")
+    else:
+        lines.append("shared: over ~100 GB, read it from the shared filesystem (spread over the VIP mounts)")
+    return lines
+
+
+@app.command()
+def stage(
+    src: Annotated[Path, typer.Argument(help="Dataset directory, or an archive (tar, tar.gz, tar.zst).")],
+    to: Annotated[
+        Path | None,
+        typer.Option("--to", help="Destination directory (default: $SLURM_TMPDIR).", envvar="SLURM_TMPDIR"),
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Parallel copy streams.", min=1, max=256)] = min(
+        16, 4 * (os.cpu_count() or 1)
+    ),
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Compare sizes with the source after copying.")
+    ] = False,
+    checksum: Annotated[bool, typer.Option("--checksum", help="With --verify, compare SHA-256 too.")] = False,
+    plan: Annotated[bool, typer.Option("--plan", help="Only advise: memory, stage, shared or pack.")] = False,
+) -> None:
+    """Copy SRC to DIR/<name> on node-local disk: parallel, resumable, atomic. Prints the staged path."""
+    if not src.exists():
+        raise typer.BadParameter(f"{src} does not exist", param_hint="SRC")
+    if plan:
+        for line in _plan_advice(src):
+            typer.echo(line)
+        return
+    if to is None:
+        raise typer.BadParameter(
+            "give --to DIR (or run inside a Slurm job with $SLURM_TMPDIR)", param_hint="--to"
+        )
+    err = Console(stderr=True)
+    with Progress(
+        TextColumn("staging {task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(src.name, total=None)
+        try:
+            summary = stage_mod.stage(
+                src,
+                to,
+                workers=workers,
+                verify=verify,
+                checksum=checksum,
+                progress=lambda n: bar.advance(task, n),
+                on_total=lambda total: bar.update(task, total=total),
+            )
+        except stage_mod.StageError as exc:
+            err.print(f"dltune stage: {exc}")
+            raise typer.Exit(1) from exc
+    err.print(
+        f"staged {summary.path}: {summary.files} files, {summary.bytes / 1e6:.1f} MB copied"
+        f" ({summary.skipped} already there) in {summary.seconds:.1f}s, {summary.mb_per_s:.0f} MB/s"
+        + (", verified" if summary.verified else "")
+        + (f" ({'; '.join(summary.notes)})" if summary.notes else "")
+    )
+    typer.echo(str(summary.path))
 
 
 @app.command()
