@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from dltune.probes.mounts import parse_mountinfo
+
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tgz", ".tar")
 TMPFS_TYPES = ("tmpfs", "ramfs")
 # Reserve kept free on the destination: another job on the node needs room too.
@@ -87,17 +89,12 @@ def fstype_of(path: Path, mountinfo: str | None = None) -> str:
     """Filesystem type of the mount holding ``path`` (longest mount-point prefix in mountinfo)."""
     text = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
     real = os.path.realpath(path)
-    best, best_type = "", "unknown"
-    for line in text.splitlines():
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) < 5 or not right:
-            continue
-        point = fields[4].replace("\\040", " ")
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, best_type = point, right.split()[0]
-    return best_type
+    holding = [
+        m
+        for m in parse_mountinfo(text)
+        if real == m.mount_point or real.startswith(m.mount_point.rstrip("/") + "/")
+    ]
+    return max(holding, key=lambda m: len(m.mount_point)).fstype if holding else "unknown"
 
 
 def space_at(path: Path) -> Space:

@@ -13,13 +13,14 @@ from dltune.probes import Snapshot
 REMEDY = "apply role nfs_multivip (it restores `VIP/32 dev IF src ADDR`); check `ip route get VIP`"
 
 
-def _vips(snap: Snapshot) -> list[Mapping[str, Any]]:
+def expected_vips(snap: Snapshot) -> list[Mapping[str, Any]]:
+    """The VIPs of the nfs_multivip manifest (shared with the nfs area)."""
     return [v for v in snap.expected.get("nfs_multivip", {}).get("vips", []) if isinstance(v, Mapping)]
 
 
 @check("network.vip_routes")
 def vip_routes(snap: Snapshot) -> list[Result]:
-    vips = _vips(snap)
+    vips = expected_vips(snap)
     if not vips:
         return [Result("network.vip_routes", Status.SKIP, "no storage VIPs in the nfs_multivip manifest")]
     results = []
@@ -58,7 +59,7 @@ def vip_routes(snap: Snapshot) -> list[Result]:
 
 @check("network.vip_spread")
 def vip_spread(snap: Snapshot) -> Result:
-    vips = _vips(snap)
+    vips = expected_vips(snap)
     if not vips:
         return Result("network.vip_spread", Status.SKIP, "no storage VIPs in the nfs_multivip manifest")
     expected: dict[str, int] = {}

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dltune.checks import check
+from dltune.checks.network import expected_vips
 from dltune.model import Result, Status
 from dltune.probes import Snapshot
 from dltune.probes.mounts import option_value
@@ -19,10 +20,6 @@ JUDGED_FLAGS = ("hard", "soft")
 
 def _manifest(snap: Snapshot) -> Mapping[str, Any]:
     return snap.expected.get("nfs_multivip", {})
-
-
-def _vips(snap: Snapshot) -> list[Mapping[str, Any]]:
-    return [v for v in _manifest(snap).get("vips", []) if isinstance(v, Mapping)]
 
 
 def _option_gaps(planned: list[str], actual: tuple[str, ...]) -> dict[str, Any]:
@@ -43,7 +40,7 @@ def _option_gaps(planned: list[str], actual: tuple[str, ...]) -> dict[str, Any]:
 
 @check("nfs.fstab")
 def fstab(snap: Snapshot) -> list[Result]:
-    vips = _vips(snap)
+    vips = expected_vips(snap)
     if not vips:
         return [Result("nfs.fstab", Status.SKIP, "no nfs_multivip manifest (or state absent)")]
     manifest = _manifest(snap)
@@ -82,7 +79,7 @@ def fstab(snap: Snapshot) -> list[Result]:
 
 @check("nfs.vip_mounts")
 def vip_mounts(snap: Snapshot) -> list[Result]:
-    vips = _vips(snap)
+    vips = expected_vips(snap)
     manifest = _manifest(snap)
     if not vips:
         return [Result("nfs.vip_mounts", Status.SKIP, "no nfs_multivip manifest (or state absent)")]

@@ -3,7 +3,6 @@ and the fstab editor that keeps every foreign line. Pure functions: fed with rec
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from typing import Any
 
@@ -12,14 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dltune.probes.mounts import parse_fstab
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_role_module
 
-_spec = importlib.util.spec_from_file_location(
-    "data_disks_filters", REPO_ROOT / "roles/data_disks/filter_plugins/data_disks.py"
-)
-assert _spec and _spec.loader
-filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(filters)
+filters = load_role_module("roles/data_disks/filter_plugins/data_disks.py", "data_disks_filters")
 
 FSTAB = """# /etc/fstab: static file system information.
 UUID=1111 / ext4 errors=remount-ro 0 1

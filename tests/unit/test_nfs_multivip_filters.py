@@ -3,24 +3,11 @@ Ansible facts shaped like a two-NIC node's."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from types import ModuleType
+from tests.conftest import load_role_module
 
-from tests.conftest import REPO_ROOT
-
-
-def _load() -> ModuleType:
-    path = REPO_ROOT / "roles/nfs_multivip/filter_plugins/nfs_multivip.py"
-    spec = importlib.util.spec_from_file_location("nfs_multivip_filters", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-errors_of = _load().nfs_multivip_errors
+errors_of = load_role_module(
+    "roles/nfs_multivip/filter_plugins/nfs_multivip.py", "nfs_multivip_filters"
+).nfs_multivip_errors
 FACTS = {
     "interfaces": ["lo", "em1", "em2", "eno1"],
     "em1": {"ipv4": {"address": "10.21.115.112"}},

@@ -3,31 +3,17 @@ ubuntu-drivers, apt-cache and apt-get outputs captured in the lab's Ubuntu conta
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, load_role_module
 
 pytest.importorskip("ansible")
 
 
-def _load() -> ModuleType:
-    path = REPO_ROOT / "roles/nvidia_driver/library/nvidia_driver_plan.py"
-    spec = importlib.util.spec_from_file_location("nvidia_driver_plan", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses look their module up in sys.modules
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-plan = _load()
+plan = load_role_module("roles/nvidia_driver/library/nvidia_driver_plan.py", "nvidia_driver_plan")
 
 # jammy, A100, linux-image-generic installed
 A100_WITH_KERNEL = """\
