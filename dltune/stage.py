@@ -146,8 +146,22 @@ def scan_archive(src: Path) -> list[Entry]:
     with _open_archive(src) as tar:
         for member in tar:
             kind = "file" if member.isfile() else "dir" if member.isdir() else "link"
-            entries.append(Entry(member.name, kind, member.size, int(member.mtime * 1e9), member.mode))
+            entries.append(
+                Entry(_member_path(member), kind, member.size, int(member.mtime * 1e9), member.mode)
+            )
     return entries
+
+
+def _member_path(member: tarfile.TarInfo) -> str:
+    """Where the data filter writes a member: relative, without the leading slashes of an absolute name."""
+    return member.name.lstrip("/")
+
+
+def _resume_target(partial: Path, member: tarfile.TarInfo) -> Path | None:
+    """The already-extracted file a member would resume onto, or None when it would land outside."""
+    target = partial / _member_path(member)
+    root = os.path.realpath(partial)
+    return target if os.path.realpath(target).startswith(root + os.sep) else None
 
 
 def preflight(entries: list[Entry], done_bytes: int, done_files: int, space: Space, dest: Path) -> None:
@@ -267,9 +281,9 @@ def _stage_archive(src: Path, partial: Path, advance: Progress) -> tuple[int, in
     copied = skipped = 0
     with _open_archive(src) as tar:
         for member in tar:
-            target = partial / member.name
-            entry = Entry(member.name, "file", member.size, int(member.mtime * 1e9))
-            if member.isfile() and _complete(target, entry):
+            target = _resume_target(partial, member)
+            entry = Entry(_member_path(member), "file", member.size, int(member.mtime * 1e9))
+            if member.isfile() and target is not None and _complete(target, entry):
                 skipped += 1
             else:
                 try:

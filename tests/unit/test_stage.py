@@ -182,9 +182,16 @@ def test_cli_prints_the_path_alone_on_stdout_and_plans(tmp_path: Path) -> None:
 
 
 def test_absolute_member_paths_land_inside_the_staged_tree(tmp_path: Path) -> None:
-    """The data filter strips the leading / of a member: it is written under DIR/<name>, never at /etc."""
-    archive = make_tar(tmp_path / "abs.tar.gz", {"/etc/dltune-test-evil.txt": b"x"})
+    """The data filter strips the leading / of a member: it is written under DIR/<name>, never at its
+    absolute path, and a file already at that absolute path (same size and mtime) is not taken for a
+    resumed copy."""
+    outside = tmp_path / "outside" / "evil.txt"
+    archive = make_tar(tmp_path / "abs.tar.gz", {str(outside): b"new"})
+    outside.parent.mkdir()
+    outside.write_bytes(b"old")
+    os.utime(outside, (1_600_000_000, 1_600_000_000))
     (tmp_path / "local").mkdir()
     summary = stage.stage(archive, tmp_path / "local")
-    assert (summary.path / "etc/dltune-test-evil.txt").read_bytes() == b"x"
-    assert not Path("/etc/dltune-test-evil.txt").exists()
+    assert (summary.path / str(outside).lstrip("/")).read_bytes() == b"new"
+    assert outside.read_bytes() == b"old"
+    assert summary.skipped == 0
