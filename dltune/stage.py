@@ -325,9 +325,15 @@ def stage(
                 summary.verified = True
             summary.seconds = time.monotonic() - start
             return summary
+        fresh = not partial.exists()
         partial.mkdir(exist_ok=True)
         done = [e for e in entries if e.kind == "file" and _complete(partial / e.relative, e)]
-        preflight(entries, sum(e.size for e in done), len(done), space(to), to)
+        try:
+            preflight(entries, sum(e.size for e in done), len(done), space(to), to)
+        except StageError:
+            if fresh:
+                partial.rmdir()  # refused before copying: leave no trace
+            raise
         if on_total:
             on_total(sum(e.size for e in entries if e.kind == "file"))
         advance = progress or (lambda _n: None)

@@ -59,6 +59,18 @@ def run_checks(snapshot: Snapshot, areas: Iterable[str] | None = None) -> list[R
 
 
 # Importing the area modules registers their checks.
-from dltune.checks import driver, gpu, network, nfs, storage, system  # noqa: E402
+from dltune.checks import driver, env, gpu, network, nfs, staging, storage, system  # noqa: E402
 
-__all__ = ["check", "driver", "gpu", "network", "nfs", "registered", "run_checks", "storage", "system"]
+__all__ = [
+    "check",
+    "driver",
+    "env",
+    "gpu",
+    "network",
+    "nfs",
+    "registered",
+    "run_checks",
+    "staging",
+    "storage",
+    "system",
+]

@@ -3,6 +3,7 @@ command through a CommandRunner; failures are recorded as data, never raised."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dltune.probes.hostfs import HostFS
+from dltune.probes.jobenv import PathInfo, job_paths, read_files, relevant_environ
 from dltune.probes.manifest import MANIFEST_DIR, read_manifest
 from dltune.probes.mounts import Fstab, Mount, parse_fstab, parse_mountinfo
 from dltune.probes.network import (
@@ -55,6 +57,12 @@ class Snapshot:
     # NFS mount point -> whether statfs answered within the timeout (nfs area)
     nfs_responsive: Mapping[str, Responsiveness] = field(default_factory=dict)
     kernel_log: KernelLog = field(default_factory=lambda: KernelLog(None, "not probed"))
+    # env/staging: the audit's own environment (job variables only), its uid, the dl_env files and
+    # slurm.conf by path, lstat facts of $SLURM_TMPDIR, the scratch base and the hooks by path.
+    environ: Mapping[str, str] = field(default_factory=dict)
+    uid: int = 0
+    files: Mapping[str, str | None] = field(default_factory=dict)
+    paths: Mapping[str, PathInfo] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -64,6 +72,7 @@ def collect_snapshot(
     areas: Iterable[str] | None = None,
     euid: int | None = None,
     nfs_timeout: float = 5.0,
+    environ: Mapping[str, str] | None = None,
 ) -> Snapshot:
     """Read the host. With ``areas``, probes that only other areas judge (NVML, statvfs) are left out:
     `--only storage` must not touch a GPU driver that may hang, nor a mount that may."""
@@ -92,6 +101,10 @@ def collect_snapshot(
     mounts = parse_mountinfo(mountinfo) if mountinfo is not None else ()
     disks = expected.get("data_disks", {}).get("disks", [])
     uuids = [str(d["uuid"]) for d in disks if isinstance(d, dict) and d.get("uuid")]
+    env_wanted = needed("env", "staging")
+    job_environ = relevant_environ(
+        os.environ if environ is None else environ, dict(expected.get("dl_env", {}).get("variables", {}))
+    )
     return Snapshot(
         root=str(fs.root),
         mounts=mounts,
@@ -129,8 +142,20 @@ def collect_snapshot(
             if needed("gpu")
             else KernelLog(None, "not probed: gpu area not asked for")
         ),
+        environ=job_environ if env_wanted else {},
+        uid=os.getuid(),
+        files=read_files(fs, _env_files(expected)) if env_wanted else {},
+        paths=job_paths(fs, job_environ, expected, mounts) if env_wanted else {},
         errors=errors,
     )
+
+
+def _env_files(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    files = [str(p) for p in dict(expected.get("dl_env", {}).get("files", {})).values()]
+    slurm = expected.get("slurm_tmpdir", {})
+    if slurm.get("manage_conf", True) and isinstance(slurm.get("conf"), str):
+        files.append(slurm["conf"])
+    return files
 
 
 def _manifest_vips(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:

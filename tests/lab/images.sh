@@ -23,24 +23,33 @@ ubuntu_keyring() {
   echo "$keyring"
 }
 
+# build_image RELEASE [VARIANT]: VARIANT (e.g. slurm) adds images/packages-VARIANT.txt and tags
+# the image $LAB_IMAGE_REPO-VARIANT:RELEASE (the Slurm scenario's node has Slurm baked in).
 build_image() {
-  local release=$1 codename tag inputs_hash current tar keyring packages
+  local release=$1 variant=${2:-} codename tag inputs_hash current tar keyring packages lists name
   codename=$(codename_of "$release")
+  lists=("$LAB_DIR/images/packages.txt")
+  name="ubuntu-$release"
   tag="$LAB_IMAGE_REPO:$release"
-  packages=$(grep -v '^\s*#' "$LAB_DIR/images/packages.txt" | grep -v '^\s*$' | paste -sd, -)
-  inputs_hash=$(cat "$LAB_DIR/images/packages.txt" "$0" <(echo "$release") | sha256sum | cut -c1-16)
+  if [ -n "$variant" ]; then
+    lists+=("$LAB_DIR/images/packages-$variant.txt")
+    name="ubuntu-$variant-$release"
+    tag="$LAB_IMAGE_REPO-$variant:$release"
+  fi
+  packages=$(cat "${lists[@]}" | grep -v '^\s*#' | grep -v '^\s*$' | paste -sd, -)
+  inputs_hash=$(cat "${lists[@]}" "$0" <(echo "$release") | sha256sum | cut -c1-16)
   current=$(docker image inspect -f '{{ index .Config.Labels "org.dltune.lab.inputs" }}' "$tag" 2>/dev/null || true)
   if [ "$current" = "$inputs_hash" ]; then
     log "image $tag is up to date ($inputs_hash)"
     return 0
   fi
   keyring=$(ubuntu_keyring)
-  tar="$BUILD_DIR/images/ubuntu-$release-$inputs_hash.tar"
+  tar="$BUILD_DIR/images/$name-$inputs_hash.tar"
   mkdir -p "$BUILD_DIR/images"
   if [ ! -s "$tar" ]; then
     log "building $tag ($codename) with: $packages"
     # Build to a file first: a failed mmdebstrap piped into `docker import` would leave an empty image.
-    rm -f "$BUILD_DIR/images/ubuntu-$release-"*.tar*
+    rm -f "$BUILD_DIR/images/$name-"*.tar*
     mmdebstrap --variant=apt --format=tar --components=main,restricted,universe --include="$packages" \
       --keyring="$keyring" --aptopt='Acquire::Retries "3"' \
       --customize-hook='echo lab-node > "$1/etc/hostname"' \
@@ -61,4 +70,7 @@ build_image() {
 
 for release in ${1:-$LAB_RELEASES}; do
   timed build_image "$release"
+done
+for release in ${LAB_SLURM_RELEASES:-22.04}; do
+  timed build_image "$release" slurm
 done

@@ -43,6 +43,7 @@ def test_every_role_has_a_readme_and_a_scenario_or_a_reason(role: str) -> None:
     tested_elsewhere = {
         "dltune": REPO_ROOT / "molecule/tmpfs_tmp/tests/test_dltune_timer.py",
         "nfs_multivip": REPO_ROOT / "tests/integration/test_nfs_multivip_netns.py",
+        "dl_env": REPO_ROOT / "molecule/slurm_tmpdir/tests/test_slurm_tmpdir.py",
     }
     assert scenario.is_file() or tested_elsewhere[role].is_file()
 

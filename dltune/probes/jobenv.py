@@ -1,0 +1,106 @@
+"""What the env and staging areas judge: the audit's own environment (inside a Slurm job), the
+dl_env files, slurm.conf's hook lines, and lstat facts of the job directory and the hooks."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dltune.probes.hostfs import HostFS
+from dltune.probes.mounts import Mount
+
+# The audit's environment is judged only through these (and the dl_env manifest's names).
+JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_USER", "SLURM_TMPDIR", "TMPDIR", "CUBLAS_WORKSPACE_CONFIG")
+SLURM_CONF_LINE = re.compile(r"^\s*([A-Za-z]+)\s*=\s*(\S*)\s*$")
+
+
+@dataclass(frozen=True)
+class PathInfo:
+    """lstat facts of a path (never followed: a link is reported as a link)."""
+
+    exists: bool
+    is_link: bool = False
+    is_dir: bool = False
+    is_file: bool = False
+    uid: int | None = None
+    mode: int | None = None  # permission bits
+    fstype: str = "unknown"
+    free_bytes: int | None = None
+
+    @property
+    def writable_by_others(self) -> bool:
+        return self.mode is not None and bool(self.mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def relevant_environ(environ: Mapping[str, str], extra_names: Iterable[str]) -> dict[str, str]:
+    names = set(JOB_VARIABLES).union(extra_names)
+    return {k: v for k, v in environ.items() if k in names}
+
+
+def parse_slurm_conf(text: str) -> dict[str, str]:
+    """Lower-cased key -> value of the last uncommented single-value line (slurm.conf is case-insensitive)."""
+    found: dict[str, str] = {}
+    for raw in text.splitlines():
+        match = SLURM_CONF_LINE.match(raw.split("#", 1)[0])
+        if match:
+            found[match.group(1).lower()] = match.group(2)
+    return found
+
+
+def fstype_at(path: str, mounts: Iterable[Mount]) -> str:
+    holding = [m for m in mounts if path == m.mount_point or path.startswith(m.mount_point.rstrip("/") + "/")]
+    return max(holding, key=lambda m: len(m.mount_point)).fstype if holding else "unknown"
+
+
+def path_info(fs: HostFS, host_path: str, mounts: Iterable[Mount]) -> PathInfo:
+    local = fs.path(host_path)
+    try:
+        st = os.lstat(local)
+    except OSError:
+        return PathInfo(exists=False)
+    free: int | None = None
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            vfs = os.statvfs(local)
+            free = vfs.f_bavail * vfs.f_frsize
+        except OSError:
+            free = None
+    return PathInfo(
+        exists=True,
+        is_link=stat.S_ISLNK(st.st_mode),
+        is_dir=stat.S_ISDIR(st.st_mode),
+        is_file=stat.S_ISREG(st.st_mode),
+        uid=st.st_uid,
+        mode=stat.S_IMODE(st.st_mode),
+        fstype=fstype_at(os.path.normpath(host_path), mounts),
+        free_bytes=free,
+    )
+
+
+def job_paths(
+    fs: HostFS, environ: Mapping[str, str], expected: Mapping[str, Mapping[str, Any]], mounts: Iterable[Mount]
+) -> dict[str, PathInfo]:
+    """lstat of $SLURM_TMPDIR (inside a job), the slurm_tmpdir base and its hook programs."""
+    mounts = tuple(mounts)
+    wanted: list[str] = []
+    if environ.get("SLURM_TMPDIR", "").startswith("/"):
+        wanted.append(environ["SLURM_TMPDIR"])
+    fragment = expected.get("slurm_tmpdir", {})
+    if isinstance(fragment.get("base"), str):
+        wanted.append(fragment["base"])
+    wanted += [str(p) for p in dict(fragment.get("hooks", {})).values()]
+    return {path: path_info(fs, path, mounts) for path in wanted}
+
+
+def read_files(fs: HostFS, paths: Iterable[str]) -> dict[str, str | None]:
+    texts: dict[str, str | None] = {}
+    for path in paths:
+        try:
+            texts[path] = fs.read_text(path)
+        except OSError:
+            texts[path] = None
+    return texts

@@ -1,0 +1,41 @@
+"""Bad input to dl_env and slurm_tmpdir fails clearly, names the variable, and changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import SCENARIO, run_playbook
+
+WATCHED = "/etc/slurm/slurm.conf /etc/environment /etc/dltune/job-env /etc/slurm/dltune/hooks.json"
+# A mount table where /scratch is NFS: the fixture the role judges slurm_tmpdir_base against.
+NFS_MOUNTINFO = (
+    "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
+    "40 22 0:50 / /scratch rw,noatime - nfs4 10.0.0.5:/export rw,vers=4.2\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("extra_vars", "named"),
+    [
+        ({"slurm_tmpdir_base": "localscratch"}, "slurm_tmpdir_base=localscratch"),
+        ({"slurm_tmpdir_base": "/"}, "slurm_tmpdir_base=/"),
+        ({"dl_env_variables": {"CUBLAS_WORKSPACE_CONFIG": "4096:8"}}, "CUBLAS_WORKSPACE_CONFIG=4096:8"),
+        ({"dl_env_variables": {"CUBLAS_WORKSPACE_CONFIG": ":0:8"}}, "CUBLAS_WORKSPACE_CONFIG=:0:8"),
+        ({"dl_env_variables": {"BAD NAME": "x"}}, "dl_env_variables"),
+        ({"dl_env_cache_dir": "cache"}, "dl_env_cache_dir=cache"),
+        (
+            {"slurm_tmpdir_base": "/scratch/jobs", "slurm_tmpdir__mountinfo_path": "/root/nfs-mountinfo"},
+            "slurm_tmpdir_base=/scratch/jobs is on a nfs4",
+        ),
+    ],
+)
+def test_bad_input_is_refused_before_any_change(host: Any, extra_vars: dict[str, Any], named: str) -> None:
+    host.run(f"printf '{NFS_MOUNTINFO}' > /root/nfs-mountinfo")
+    before = host.run(f"sha256sum {WATCHED}").stdout
+    run = run_playbook(host, SCENARIO / "bad_input.yml", extra_vars)
+    assert run.rc != 0
+    assert any(named in failure for failure in run.failures), run.failures
+    assert run.changed == 0
+    assert host.run(f"sha256sum {WATCHED}").stdout == before
+    assert not host.file("/scratch/jobs").exists

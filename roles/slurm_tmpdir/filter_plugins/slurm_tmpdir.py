@@ -1,0 +1,23 @@
+"""Filters of role slurm_tmpdir: which filesystem a (possibly not yet existing) path would live on."""
+
+from __future__ import annotations
+
+
+def fstype_of(path: str, mountinfo: str) -> str:
+    """Type of the mount with the longest mount point that is a prefix of ``path`` (mountinfo format)."""
+    best, best_type = "", "unknown"
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right.split():
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, best_type = point, right.split()[0]
+    return best_type
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"slurm_tmpdir_fstype_of": fstype_of}

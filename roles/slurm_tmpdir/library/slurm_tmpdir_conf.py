@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Wire the slurm_tmpdir hooks into slurm.conf without losing a site's own Prolog/Epilog/TaskProlog.
+
+slurm.conf takes one program per hook on every version this role supports, so a site's existing
+hook is recorded in hooks.json and run by ours (chained), and the slurm.conf line then names ours.
+A rerun recognises its own hooks and keeps the recorded site hooks: the edit is idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: slurm_tmpdir_conf
+short_description: Point slurm.conf's Prolog/Epilog/TaskProlog at dltune's hooks, chaining the site's
+options:
+  conf: {type: path, required: true, description: slurm.conf}
+  hooks: {type: dict, required: true, description: prolog/epilog/task_prolog -> our program path}
+  hooks_config: {type: path, required: true, description: JSON file our hooks read (site hooks etc.)}
+  settings: {type: dict, default: {}, description: extra keys written into hooks_config}
+  manage_conf: {type: bool, default: true, description: false on configless nodes (no slurm.conf here)}
+"""
+
+KEYS = {"prolog": "Prolog", "epilog": "Epilog", "task_prolog": "TaskProlog"}
+LINE = re.compile(r"^(\s*)([A-Za-z]+)\s*=\s*(.*?)\s*$")
+# PrologFlags=Contain implies Alloc; either makes the Prolog run at allocation (salloc, sbatch).
+ALLOC_FLAGS = {"alloc", "contain"}
+
+
+def parse(text: str) -> dict[str, tuple[int, str]]:
+    """Lower-cased key -> (line index, value) of the last uncommented assignment (slurm.conf keys are
+    case-insensitive and a later line wins)."""
+    found: dict[str, tuple[int, str]] = {}
+    for index, raw in enumerate(text.splitlines()):
+        line = raw.split("#", 1)[0]
+        match = LINE.match(line)
+        if match and " " not in match.group(3):
+            found[match.group(2).lower()] = (index, match.group(3))
+    return found
+
+
+def plan(text: str, ours: dict[str, str], recorded: dict[str, str]) -> tuple[str, dict[str, str], list[str]]:
+    """New slurm.conf text, the site hooks to chain, and human notes about what changed."""
+    lines = text.splitlines()
+    found = parse(text)
+    site_hooks: dict[str, str] = {}
+    notes: list[str] = []
+    for hook, key in KEYS.items():
+        current = found.get(key.lower(), (None, ""))[1]
+        if current == ours[hook]:
+            site = recorded.get(hook, "")
+        elif any(ch in current for ch in ",*?["):
+            raise ValueError(
+                f"{key}={current} is a list or a glob: add {ours[hook]} to it yourself and set "
+                f"slurm_tmpdir_manage_conf: false, or make {key} a single program"
+            )
+        else:
+            site = current
+            chained = f", chaining {site}" if site else ""
+            notes.append(f"{key}: {current or '(none)'} -> {ours[hook]}{chained}")
+        if site:
+            site_hooks[hook] = site
+        lines = _assign(lines, found, key, ours[hook])
+    flags = found.get("prologflags", (None, ""))[1]
+    flag_list = [f for f in flags.split(",") if f]
+    if not ALLOC_FLAGS.intersection(f.lower() for f in flag_list):
+        new_flags = ",".join([*flag_list, "Alloc"])
+        notes.append(f"PrologFlags: {flags or '(none)'} -> {new_flags}")
+        lines = _assign(lines, found, "PrologFlags", new_flags)
+    return "\n".join(lines) + "\n", site_hooks, notes
+
+
+def _assign(lines: list[str], found: dict[str, tuple[int, str]], key: str, value: str) -> list[str]:
+    at = found.get(key.lower())
+    new = list(lines)
+    if at is None:
+        new.append(f"{key}={value}")
+        found[key.lower()] = (len(new) - 1, value)
+    elif at[1] != value:
+        new[at[0]] = f"{key}={value}"
+    return new
+
+
+def _write_atomically(path: str, content: str, like: os.stat_result | None) -> None:
+    """Replace by rename (slurmd never reads a half-written file), keeping the old owner and mode."""
+    directory = os.path.dirname(path)
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".dltune-")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(content)
+        os.chmod(temporary, like.st_mode & 0o7777 if like else 0o644)
+        if like:
+            os.chown(temporary, like.st_uid, like.st_gid)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "conf": {"type": "path", "required": True},
+            "hooks": {"type": "dict", "required": True},
+            "hooks_config": {"type": "path", "required": True},
+            "settings": {"type": "dict", "default": {}},
+            "manage_conf": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    ours = {hook: str(p["hooks"][hook]) for hook in KEYS}
+    try:
+        with open(p["hooks_config"]) as handle:
+            previous = json.load(handle)
+    except FileNotFoundError:
+        previous = {}
+    except ValueError as exc:
+        module.fail_json(msg=f"{p['hooks_config']} is not JSON ({exc}): fix or remove it")
+    recorded = dict(previous.get("site_hooks", {}))
+
+    conf_before = conf_after = ""
+    notes: list[str] = []
+    site_hooks = recorded
+    if p["manage_conf"]:
+        try:
+            with open(p["conf"]) as handle:
+                conf_before = handle.read()
+        except FileNotFoundError:
+            module.fail_json(
+                msg=f"slurm_tmpdir_conf={p['conf']} does not exist: is Slurm installed and configured here? "
+                "On a configless node set slurm_tmpdir_manage_conf: false."
+            )
+        try:
+            conf_after, site_hooks, notes = plan(conf_before, ours, recorded)
+        except ValueError as exc:
+            module.fail_json(msg=str(exc))
+    config = {**p["settings"], "site_hooks": site_hooks}
+    config_text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    config_changed = config != previous
+    conf_changed = p["manage_conf"] and conf_after != conf_before
+    if not module.check_mode:
+        # hooks.json first: a slurm.conf that names our hooks must find the site hooks recorded.
+        if config_changed:
+            _write_atomically(p["hooks_config"], config_text, None)
+        if conf_changed:
+            _write_atomically(p["conf"], conf_after, os.stat(p["conf"]))
+    module.exit_json(
+        changed=config_changed or conf_changed,
+        conf_changed=conf_changed,
+        site_hooks=site_hooks,
+        notes=notes,
+        diff={
+            "before": conf_before,
+            "after": conf_after,
+            "before_header": p["conf"],
+            "after_header": p["conf"],
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
