@@ -76,6 +76,7 @@ bench: venv
 	$(PY) benchmarks/audit_speed.py
 	$(PY) benchmarks/noatime.py
 	$(PY) benchmarks/nfs_audit.py
+	$(PY) benchmarks/stage.py
 
 clean: lab-down
 	rm -rf build .cache
