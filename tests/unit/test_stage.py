@@ -57,7 +57,8 @@ def test_directory_is_copied_whole_with_modes_mtimes_and_links(tmp_path: Path) -
 
 
 def test_rerun_after_a_kill_resumes_and_ends_identical(tmp_path: Path) -> None:
-    """A kill leaves a partial tree: complete files, a half-written temporary, a truncated file."""
+    """A kill leaves a partial tree: complete files, a truncated file (fresh mtime), and a stray file
+    the source does not have (an older version's temporary)."""
     src = make_dataset(tmp_path / "shared")
     local = tmp_path / "local"
     local.mkdir()
@@ -131,6 +132,22 @@ def test_archive_is_extracted_once_under_its_name(tmp_path: Path) -> None:
     assert summary.path == tmp_path / "local/shards"
     assert len(list((summary.path / "shards").iterdir())) == 50
     assert stage.stage(archive, tmp_path / "local").notes == ["already staged"]
+
+
+def test_zstd_archive_is_extracted_like_any_tar(tmp_path: Path) -> None:
+    zstandard = pytest.importorskip("zstandard")
+    plain = make_tar(tmp_path / "plain.tar.gz", {f"shards/s{i}.bin": os.urandom(500 + i) for i in range(20)})
+    with tarfile.open(plain) as source, tarfile.open(tmp_path / "raw.tar", "w") as raw:
+        for member in source:
+            raw.addfile(member, source.extractfile(member))
+    archive = tmp_path / "shards.tar.zst"
+    archive.write_bytes(zstandard.ZstdCompressor().compress((tmp_path / "raw.tar").read_bytes()))
+    (tmp_path / "local").mkdir()
+    summary = stage.stage(archive, tmp_path / "local", verify=True)
+    assert summary.path == tmp_path / "local/shards" and summary.verified
+    assert sorted(p.name for p in (summary.path / "shards").iterdir()) == sorted(
+        f"s{i}.bin" for i in range(20)
+    )
 
 
 @pytest.mark.parametrize(
