@@ -19,7 +19,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	touch $@
 
 lab: venv
@@ -77,6 +77,7 @@ bench: venv
 	$(PY) benchmarks/noatime.py
 	$(PY) benchmarks/nfs_audit.py
 	$(PY) benchmarks/stage.py
+	$(PY) benchmarks/bench_quick.py
 
 clean: lab-down
 	rm -rf build .cache

@@ -205,6 +205,92 @@ def stage(
     typer.echo(str(summary.path))
 
 
+class BenchFormat(str, Enum):
+    human = "human"
+    json = "json"
+
+
+@app.command()
+def bench(
+    device: Annotated[
+        str | None, typer.Option("--device", help="cpu or cuda (default: every local GPU, else the CPU).")
+    ] = None,
+    gpus: Annotated[
+        str | None, typer.Option("--gpus", help="Comma-separated GPU indices (default: all).")
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes: an answer in about a minute.")] = False,
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", help="ImageFolder directory or tar of one (default: generated sample JPEGs)."),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="torchvision model (resnet50; resnet18 on CPU).")
+    ] = None,
+    batch: Annotated[int | None, typer.Option("--batch", min=1, help="Batch size per device.")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", min=1, help="Measured training steps.")] = None,
+    image_size: Annotated[
+        int | None, typer.Option("--image-size", min=8, help="Image side in pixels.")
+    ] = None,
+    dataloader_sweep: Annotated[
+        bool, typer.Option("--dataloader-sweep/--no-dataloader-sweep", help="Sweep DataLoader settings.")
+    ] = True,
+    determinism: Annotated[
+        bool, typer.Option("--determinism/--no-determinism", help="Check bitwise-reproducible training.")
+    ] = True,
+    data_parallel: Annotated[
+        bool, typer.Option("--data-parallel/--no-data-parallel", help="torchrun over all devices.")
+    ] = True,
+    compile_step: Annotated[bool, typer.Option("--compile", help="Also measure torch.compile.")] = False,
+    output: Annotated[
+        BenchFormat, typer.Option("--format", help="Output format on stdout.")
+    ] = BenchFormat.human,
+) -> None:
+    """Short benchmark of this node's GPUs (or CPU): matmul and memory vs spec, training throughput,
+    input-pipeline gap, determinism, data-parallel. Exit 0 ok, 1 a fail, 2 usage/error."""
+    from dltune.bench.measure import BenchError
+    from dltune.bench.run import Options, run_bench
+
+    if device not in (None, "cpu", "cuda"):
+        raise typer.BadParameter(f"{device}: give cpu or cuda", param_hint="--device")
+    try:
+        gpu_list = [int(g) for g in gpus.split(",") if g.strip()] if gpus else None
+    except ValueError as exc:
+        raise typer.BadParameter(f"{gpus}: give GPU indices such as 0,1", param_hint="--gpus") from exc
+    if data is not None and not data.exists():
+        raise typer.BadParameter(f"{data} does not exist", param_hint="--data")
+    options = Options(
+        device=device,
+        gpus=gpu_list,
+        quick=quick,
+        data=data,
+        model=model,
+        batch=batch,
+        steps=steps,
+        image_size=image_size,
+        dataloader_sweep=dataloader_sweep,
+        determinism=determinism,
+        data_parallel=data_parallel,
+        compile=compile_step,
+    )
+    err = Console(stderr=True)
+    start = datetime.now(timezone.utc)
+    with Progress(TextColumn("bench: {task.description}"), BarColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("starting", total=None)
+        try:
+            results = run_bench(options, lambda name: bar.update(task, description=name))
+        except BenchError as exc:
+            err.print(f"dltune bench: {exc}")
+            raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
+    now = datetime.now(timezone.utc)
+    err.print(f"dltune bench: {len(results)} results in {(now - start).total_seconds():.1f}s")
+    host = socket.gethostname()
+    if output is BenchFormat.json:
+        sys.stdout.write(render_json(results, host, now))
+    else:
+        render_human(results, Console(width=None if sys.stdout.isatty() else 160), host, what="bench")
+    raise typer.Exit(exit_code(results))
+
+
 @app.command()
 def version() -> None:
     """Print dltune's version."""

@@ -43,8 +43,8 @@ def render_json(results: Sequence[Result], host: str, now: datetime) -> str:
     return json.dumps(envelope(results, host, now), indent=2, sort_keys=False) + "\n"
 
 
-def render_human(results: Sequence[Result], console: Console, host: str) -> None:
-    table = Table(title=f"dltune audit of {host}", show_lines=False)
+def render_human(results: Sequence[Result], console: Console, host: str, what: str = "audit") -> None:
+    table = Table(title=f"dltune {what} of {host}", show_lines=False)
     table.add_column("status")
     table.add_column("check")
     table.add_column("subject")

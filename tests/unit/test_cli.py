@@ -71,3 +71,15 @@ def test_usage_errors_exit_two_and_name_the_option() -> None:
 def test_version() -> None:
     out = runner.invoke(app, ["version"])
     assert out.exit_code == 0 and out.stdout.strip() == __version__
+
+
+def test_bench_usage_errors_name_the_option_before_anything_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    runner = CliRunner()
+    for argv, option in (
+        (["bench", "--device", "tpu"], "--device"),
+        (["bench", "--gpus", "zero"], "--gpus"),
+        (["bench", "--data", str(tmp_path / "missing")], "--data"),
+    ):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 2, (argv, result.output)
+        assert option in result.output

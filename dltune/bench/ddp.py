@@ -1,0 +1,80 @@
+"""One data-parallel worker, started by torchrun (one process per GPU; gloo processes on CPU):
+all-reduce bandwidth, then data-parallel training throughput. Rank 0 writes the numbers as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    parser.add_argument("--megabytes", type=int, default=16)
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+
+    import torch
+    import torch.distributed as dist
+
+    from dltune.bench.measure import synchronize, train
+
+    dist.init_process_group(args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = f"cuda:{local}" if args.device == "cuda" else "cpu"
+    if args.device == "cuda":
+        torch.cuda.set_device(local)
+    tensor = torch.ones((args.megabytes << 20) // 4, dtype=torch.float32, device=device)
+    for _ in range(2):
+        dist.all_reduce(tensor)
+    synchronize(torch, device)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(args.iterations):
+        dist.all_reduce(tensor)
+    synchronize(torch, device)
+    seconds = (time.perf_counter() - start) / args.iterations
+
+    def wrap(model: object) -> object:
+        ids = [local] if args.device == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+    run = train(
+        torch,
+        device,
+        args.model,
+        batch=args.batch,
+        steps=args.steps,
+        warmup=args.warmup,
+        image_size=args.image_size,
+        wrap=wrap,
+    )
+    total = torch.tensor([run.images_per_s], dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    if rank == 0:
+        with open(args.out, "w") as handle:
+            json.dump(
+                {
+                    "world": world,
+                    "backend": args.backend,
+                    "bytes": tensor.numel() * 4,
+                    "seconds": seconds,
+                    "images_per_s_total": float(total.item()),
+                },
+                handle,
+            )
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

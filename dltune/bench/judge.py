@@ -1,0 +1,309 @@
+"""Judgements of benchmark measurements: pure functions from numbers to Results (area ``bench``).
+
+Thresholds follow what a cluster admin acts on: below ~70% of the card's published dense peak is a
+finding (below 50% a failure); a GPU more than 15% slower than the node's best is an outlier even
+for a model with no spec; training is input-bound when real data is >10% slower than synthetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from dltune.bench.specs import Spec, spec_for
+from dltune.model import Result, Status
+
+SPEC_WARN, SPEC_FAIL = 0.70, 0.50
+OUTLIER = 0.85
+INPUT_BOUND_GAP = 10.0  # percent
+
+
+@dataclass(frozen=True)
+class Matmul:
+    device: str  # "cuda:0", "cpu"
+    name: str  # NVML/torch device name
+    dtype: str
+    n: int
+    tflops: float
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    device: str
+    name: str
+    kind: str  # "device copy", "h2d pinned", "h2d pageable", "d2h pinned", "d2h pageable"
+    gb_s: float
+
+
+@dataclass(frozen=True)
+class Training:
+    device: str
+    model: str
+    data: str  # "synthetic" | "real"
+    batch: int
+    steps: int
+    images_per_s: float
+    data_ms: float
+    forward_ms: float
+    backward_ms: float
+    max_memory_mb: float | None = None
+    peak_power_w: float | None = None
+    joules_per_image: float | None = None
+    settings: dict[str, object] = field(default_factory=dict)
+
+
+def judge_matmul(samples: Sequence[Matmul], lookup: Callable[[str], Spec | None] = spec_for) -> list[Result]:
+    results = []
+    best: dict[str, float] = {}
+    for s in samples:
+        best[s.dtype] = max(best.get(s.dtype, 0.0), s.tflops)
+    for s in samples:
+        spec = lookup(s.name)
+        peak = spec.tflops.get(s.dtype) if spec else None
+        evidence: dict[str, object] = {
+            "name": s.name,
+            "dtype": s.dtype,
+            "n": s.n,
+            "tflops": round(s.tflops, 3),
+        }
+        metrics = {"tflops": s.tflops}
+        status, summary, remedy = Status.PASS, f"{s.dtype} matmul {s.tflops:.2f} TFLOPS", None
+        if peak:
+            fraction = s.tflops / peak
+            evidence.update(spec=spec.model if spec else None, peak_tflops=peak)
+            metrics["fraction_of_spec"] = fraction
+            summary += f", {fraction:.0%} of the {spec.model if spec else ''} dense peak ({peak:g})"
+            if fraction < SPEC_WARN:
+                status = Status.FAIL if fraction < SPEC_FAIL else Status.WARN
+                remedy = "check clocks and power (dltune audit --only gpu: throttle reasons), cooling, PCIe"
+        else:
+            summary += " (no published peak for this device: compared with the node's others only)"
+        ratio = s.tflops / best[s.dtype] if best[s.dtype] else 1.0
+        metrics["fraction_of_best"] = ratio
+        if ratio < OUTLIER:
+            status = Status.FAIL if status is Status.FAIL else Status.WARN
+            summary += f"; {ratio:.0%} of the node's best GPU (an outlier)"
+            remedy = remedy or "compare clocks, power and PCIe of this GPU with the others; reseat or RMA"
+        results.append(
+            Result(
+                "bench.matmul",
+                status,
+                summary,
+                subject=f"{s.device}:{s.dtype}",
+                evidence=evidence,
+                remedy=remedy,
+                metrics=metrics,
+            )
+        )
+    return results
+
+
+def judge_bandwidth(
+    samples: Sequence[Bandwidth], lookup: Callable[[str], Spec | None] = spec_for
+) -> list[Result]:
+    results = []
+    for s in samples:
+        spec = lookup(s.name)
+        metrics = {"gb_s": s.gb_s}
+        summary, status = f"{s.kind} {s.gb_s:.1f} GB/s", Status.PASS
+        if s.kind == "device copy" and spec and spec.memory_gb_s:
+            fraction = s.gb_s / spec.memory_gb_s
+            metrics["fraction_of_spec"] = fraction
+            summary += f", {fraction:.0%} of {spec.memory_gb_s:g} GB/s"
+            status = (
+                Status.PASS
+                if fraction >= SPEC_WARN
+                else Status.WARN
+                if fraction >= SPEC_FAIL
+                else Status.FAIL
+            )
+        results.append(
+            Result(
+                "bench.memory" if s.kind == "device copy" else "bench.host_transfer",
+                status,
+                summary,
+                subject=f"{s.device}:{s.kind}",
+                evidence={"name": s.name, "kind": s.kind},
+                metrics=metrics,
+                remedy=None if status is Status.PASS else "check the GPU's memory clocks and ECC (audit gpu)",
+            )
+        )
+    return results
+
+
+def judge_training(run: Training) -> Result:
+    per_step = run.data_ms + run.forward_ms + run.backward_ms
+    metrics = {
+        "images_per_s": run.images_per_s,
+        "data_ms": run.data_ms,
+        "forward_ms": run.forward_ms,
+        "backward_ms": run.backward_ms,
+    }
+    for name, value in (
+        ("max_memory_mb", run.max_memory_mb),
+        ("peak_power_w", run.peak_power_w),
+        ("joules_per_image", run.joules_per_image),
+    ):
+        if value is not None:
+            metrics[name] = value
+    return Result(
+        f"bench.train_{run.data}",
+        Status.PASS,
+        f"{run.model} batch {run.batch}, {run.data} data: {run.images_per_s:.1f} images/s "
+        f"(per step: data {run.data_ms:.1f} ms, forward {run.forward_ms:.1f} ms, "
+        f"backward+optimizer {run.backward_ms:.1f} ms of {per_step:.1f} ms)",
+        subject=run.device,
+        evidence={"model": run.model, "batch": run.batch, "steps": run.steps, **run.settings},
+        metrics=metrics,
+    )
+
+
+def judge_input_gap(synthetic: Training, real: Training | None, num_workers: int | None = None) -> Result:
+    """The gap is measured (real vs synthetic images/s); the verdict comes from where the real step's time
+    goes: a step that waits more than INPUT_BOUND_GAP% of its time for data is input-bound."""
+    if real is None:
+        return Result("bench.input_gap", Status.SKIP, "no real-data run was made")
+    gap = max(0.0, (synthetic.images_per_s - real.images_per_s) / synthetic.images_per_s * 100)
+    waiting = real.data_ms / max(real.data_ms + real.forward_ms + real.backward_ms, 1e-9) * 100
+    bound = waiting > INPUT_BOUND_GAP
+    workers = num_workers if num_workers is not None else real.settings.get("num_workers")
+    return Result(
+        "bench.input_gap",
+        Status.WARN if bound else Status.PASS,
+        f"real data {real.images_per_s:.1f} vs synthetic {synthetic.images_per_s:.1f} images/s: "
+        f"gap {gap:.0f}%; the step waits {waiting:.0f}% of its time for data"
+        + (": input-bound" if bound else ""),
+        subject=real.device,
+        evidence={
+            "num_workers": workers,
+            "data_wait_percent": round(waiting, 1),
+            "gap_percent": round(gap, 1),
+        },
+        remedy=(
+            f"input-bound: raise num_workers (now {workers}) toward the cores per GPU, stage the data "
+            "to local disk (dltune stage), or try --dataloader-sweep"
+        )
+        if bound
+        else None,
+        metrics={"gap_percent": gap, "data_wait_percent": waiting},
+    )
+
+
+def judge_sweep(rates: dict[str, float], default_key: str) -> Result:
+    best_key = max(rates, key=lambda k: rates[k])
+    default = rates.get(default_key)
+    gain = (rates[best_key] / default - 1) * 100 if default else 0.0
+    return Result(
+        "bench.dataloader",
+        Status.PASS,
+        f"best DataLoader setting {best_key}: {rates[best_key]:.1f} images/s, "
+        f"{gain:+.0f}% over PyTorch's defaults ({default_key})",
+        evidence={
+            "rates": {k: round(v, 2) for k, v in rates.items()},
+            "best": best_key,
+            "default": default_key,
+        },
+        remedy=f"use {best_key} in your DataLoader" if gain > 10 else None,
+        metrics={"best_images_per_s": rates[best_key], "gain_percent": gain},
+    )
+
+
+def judge_determinism(
+    identical: bool, control_differs: bool, variable_at_start: str | None, device: str
+) -> Result:
+    evidence = {
+        "identical": identical,
+        "control_differs": control_differs,
+        "CUBLAS_WORKSPACE_CONFIG_at_start": variable_at_start,
+    }
+    if not control_differs:
+        return Result(
+            "bench.determinism",
+            Status.ERROR,
+            "the negative control (a perturbed run) gave the same losses: the comparison is blind",
+            subject=device,
+            evidence=evidence,
+            remedy="report this as a dltune bug",
+        )
+    if not identical:
+        return Result(
+            "bench.determinism",
+            Status.FAIL,
+            "two seeded runs with deterministic algorithms gave different losses: not reproducible",
+            subject=device,
+            evidence=evidence,
+            remedy="set CUBLAS_WORKSPACE_CONFIG=:4096:8 before the process starts (role dl_env)",
+        )
+    needs_variable = device.startswith("cuda") and not variable_at_start
+    return Result(
+        "bench.determinism",
+        Status.WARN if needs_variable else Status.PASS,
+        "two seeded runs gave bitwise-identical losses; a perturbed run differed"
+        + ("; CUBLAS_WORKSPACE_CONFIG was not set at start" if needs_variable else "")
+        + (f" (CUBLAS_WORKSPACE_CONFIG={variable_at_start} at start)" if variable_at_start else ""),
+        subject=device,
+        evidence=evidence,
+        remedy="apply role dl_env so every job starts with CUBLAS_WORKSPACE_CONFIG"
+        if needs_variable
+        else None,
+    )
+
+
+def judge_allreduce(
+    world: int, backend: str, size_bytes: int, seconds: float, scaling: float | None
+) -> list[Result]:
+    algbw = size_bytes / seconds / 1e9
+    busbw = algbw * 2 * (world - 1) / world
+    results = [
+        Result(
+            "bench.allreduce",
+            Status.PASS,
+            f"{backend} all-reduce over {world} processes, {size_bytes / 1e6:.0f} MB: "
+            f"algbw {algbw:.2f} GB/s, "
+            f"busbw {busbw:.2f} GB/s",
+            subject=backend,
+            evidence={"world_size": world, "bytes": size_bytes, "seconds": seconds},
+            metrics={"algbw_gb_s": algbw, "busbw_gb_s": busbw},
+        )
+    ]
+    if scaling is not None:
+        results.append(
+            Result(
+                "bench.scaling",
+                Status.PASS if scaling >= 0.8 or backend == "gloo" else Status.WARN,
+                f"data-parallel scaling 1 -> {world}: {scaling:.0%} efficiency"
+                + (" (CPU processes share the same cores: not a GPU figure)" if backend == "gloo" else ""),
+                subject=backend,
+                metrics={"efficiency": scaling},
+                remedy=None
+                if scaling >= 0.8 or backend == "gloo"
+                else "check NVLink/PCIe topology (nvidia-smi topo -m) and NCCL settings",
+            )
+        )
+    return results
+
+
+def judge_gain(check_id: str, what: str, baseline: float, tuned: float) -> Result:
+    gain = (tuned / baseline - 1) * 100 if baseline else 0.0
+    return Result(
+        check_id,
+        Status.PASS,
+        f"{what}: {gain:+.0f}% images/s ({baseline:.1f} -> {tuned:.1f})",
+        metrics={"gain_percent": gain, "baseline_images_per_s": baseline, "tuned_images_per_s": tuned},
+    )
+
+
+def judge_threads(cores: int, threads: int, processes: int) -> Result:
+    used = threads * processes
+    over = used > cores
+    return Result(
+        "bench.threads",
+        Status.WARN if over else Status.PASS,
+        f"{processes} process(es) x {threads} CPU threads = {used} on {cores} core(s) available"
+        + (": oversubscribed" if over else ""),
+        evidence={"cores": cores, "threads_per_process": threads, "processes": processes},
+        remedy=f"set OMP_NUM_THREADS={max(1, cores // processes)} (cores / processes per node)"
+        if over
+        else None,
+        metrics={"cores": cores, "threads": threads},
+    )

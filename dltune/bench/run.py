@@ -1,0 +1,319 @@
+"""`dltune bench` end to end: select devices, measure each section, judge, return Results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dltune.bench import judge
+from dltune.bench.measure import BenchError
+from dltune.model import Result, Status
+
+DEFAULT_LOADER = "num_workers=0,pin_memory=False"
+
+
+@dataclass(frozen=True)
+class Options:
+    device: str | None = None  # None: all GPUs, else CPU
+    gpus: list[int] | None = None
+    quick: bool = False
+    data: Path | None = None
+    model: str | None = None
+    batch: int | None = None
+    steps: int | None = None
+    image_size: int | None = None
+    dataloader_sweep: bool = True
+    determinism: bool = True
+    data_parallel: bool = True
+    compile: bool = False
+
+    def sized(self, on_cpu: bool) -> dict[str, Any]:
+        """CPU-sized and --quick defaults; explicit options win."""
+        small = on_cpu or self.quick
+        return {
+            "model": self.model or ("resnet18" if small else "resnet50"),
+            "batch": self.batch or (8 if on_cpu else 32 if self.quick else 64),
+            "steps": self.steps or (5 if small else 30),
+            "warmup": 2 if small else 5,
+            "image_size": self.image_size or (64 if on_cpu else 224),
+            "matmul_n": 512 if on_cpu else 4096 if self.quick else 8192,
+            "copy_mb": 64 if on_cpu else 512,
+            "min_run_time": 0.2 if small else 1.0,
+            "sweep_batches": 4 if small else 20,
+        }
+
+
+Step = Callable[[str], None]
+
+
+def _sample_images(root: Path, classes: int = 2, per_class: int = 24, size: int = 96) -> Path:
+    """A small JPEG ImageFolder, so the real-data path runs when no --data is given."""
+    from PIL import Image
+
+    for c in range(classes):
+        directory = root / f"class{c}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            pixels = os.urandom(size * size * 3)
+            Image.frombytes("RGB", (size, size), pixels).save(directory / f"img{i:03d}.jpg", quality=85)
+    return root
+
+
+def _dataset_dir(data: Path | None, scratch: Path) -> tuple[Path, str]:
+    if data is None:
+        return _sample_images(scratch / "sample"), "generated sample JPEGs (give --data for your dataset)"
+    if data.is_dir():
+        return data, str(data)
+    from dltune import stage
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        staged = stage.stage(data, scratch)
+    except stage.StageError as exc:
+        raise BenchError(f"--data {data}: {exc}") from exc  # an archive: extracted safely, once
+    inner = [p for p in staged.path.iterdir() if p.is_dir()]
+    # An archive of one top directory holding the classes: use that directory.
+    root = inner[0] if len(inner) == 1 and any(q.is_dir() for q in inner[0].iterdir()) else staged.path
+    return root, f"{data} (extracted to {root})"
+
+
+def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
+    try:
+        import torch
+    except ImportError as exc:
+        raise BenchError("dltune bench needs PyTorch: pip install 'dltune[bench]'") from exc
+    from dltune.bench import measure
+
+    devices = measure.select_devices(torch, opts.device, opts.gpus)
+    on_cpu = devices == ["cpu"]
+    size = opts.sized(on_cpu)
+    first = devices[0]
+    results: list[Result] = []
+    processes = len(devices) if not on_cpu else 1
+    results.append(judge.judge_threads(measure.cpu_cores(), torch.get_num_threads(), processes))
+
+    step("matmul")
+    samples = [
+        measure.matmul(torch, d, dtype, size["matmul_n"], size["min_run_time"])
+        for d in devices
+        for dtype in measure.matmul_dtypes(torch, d)
+    ]
+    results += judge.judge_matmul(samples)
+
+    step("memory bandwidth")
+    results += judge.judge_bandwidth(
+        [measure.copy_bandwidth(torch, d, size["copy_mb"], size["min_run_time"]) for d in devices]
+    )
+    if on_cpu:
+        results.append(
+            Result(
+                "bench.host_transfer",
+                Status.SKIP,
+                "no GPU: host-to-device bandwidth needs one",
+                subject="cpu",
+            )
+        )
+    else:
+        results += judge.judge_bandwidth(
+            [b for d in devices for b in measure.host_transfers(torch, d, 256, size["min_run_time"])]
+        )
+
+    common = {
+        "batch": size["batch"],
+        "steps": size["steps"],
+        "warmup": size["warmup"],
+        "image_size": size["image_size"],
+    }
+    step("training, synthetic data")
+    synthetic = measure.train(torch, first, size["model"], **common)
+    results.append(judge.judge_training(synthetic))
+    if on_cpu:
+        results.append(Result("bench.power", Status.SKIP, "no GPU: power comes from NVML", subject="cpu"))
+    else:
+        results.append(
+            Result(
+                "bench.power",
+                Status.PASS,
+                f"peak {synthetic.peak_power_w or 0:.0f} W, "
+                f"{synthetic.joules_per_image or 0:.2f} J per image while training",
+                subject=first,
+                metrics={
+                    "peak_power_w": synthetic.peak_power_w or 0.0,
+                    "joules_per_image": synthetic.joules_per_image or 0.0,
+                },
+            )
+        )
+
+    step("AMP and channels_last gains")
+    plain = measure.train(torch, first, size["model"], amp=False, channels_last=False, **common)
+    amp_only = measure.train(torch, first, size["model"], amp=True, channels_last=False, **common)
+    results.append(
+        judge.judge_gain(
+            "bench.amp", "autocast (mixed precision) over fp32", plain.images_per_s, amp_only.images_per_s
+        )
+    )
+    results.append(
+        judge.judge_gain(
+            "bench.channels_last",
+            "channels_last over NCHW, with autocast",
+            amp_only.images_per_s,
+            synthetic.images_per_s,
+        )
+    )
+    if opts.compile and not opts.quick:
+        step("torch.compile")
+        try:
+            compiled = measure.train(torch, first, size["model"], compile_model=True, **common)
+            results.append(
+                judge.judge_gain(
+                    "bench.compile",
+                    "torch.compile of the training step",
+                    synthetic.images_per_s,
+                    compiled.images_per_s,
+                )
+            )
+        except Exception as exc:  # a compiler that cannot build here is a finding, not a crash
+            results.append(Result("bench.compile", Status.WARN, f"torch.compile failed: {exc}"[:300]))
+    else:
+        results.append(
+            Result(
+                "bench.compile",
+                Status.SKIP,
+                "not measured: compiling takes minutes (run with --compile, without --quick)",
+            )
+        )
+
+    with tempfile.TemporaryDirectory(prefix="dltune-bench-") as scratch:
+        root, described = _dataset_dir(opts.data, Path(scratch))
+        try:
+            dataset = measure.image_folder(str(root), size["image_size"])
+        except (FileNotFoundError, RuntimeError) as exc:
+            raise BenchError(
+                f"--data {opts.data}: not an ImageFolder (one directory per class): {exc}"
+            ) from exc
+        if len(dataset) < size["batch"]:
+            raise BenchError(
+                f"--data {opts.data}: {len(dataset)} images, fewer than one batch ({size['batch']})"
+            )
+        workers = min(8, measure.cpu_cores())
+        step("training, real data")
+        loader = measure.loader_for(
+            torch, dataset, size["batch"], num_workers=workers, pin_memory=not on_cpu, persistent_workers=True
+        )
+        real = measure.train(torch, first, size["model"], loader=loader, **common)
+        real.settings.update(num_workers=workers, dataset=described, images=len(dataset))
+        results.append(judge.judge_training(real))
+        results.append(judge.judge_input_gap(synthetic, real, workers))
+
+        if opts.dataloader_sweep:
+            step("DataLoader sweep")
+            rates: dict[str, float] = {}
+            worker_options = sorted({0, min(2, workers), workers})
+            for num_workers in worker_options:
+                for pin in (False, True) if not on_cpu else (False,):
+                    for persistent, prefetch in (
+                        ((False, None),) if num_workers == 0 else ((True, 2), (True, 4))
+                    ):
+                        key = f"num_workers={num_workers},pin_memory={pin}"
+                        if num_workers:
+                            key += f",persistent_workers={persistent},prefetch_factor={prefetch}"
+                        sweep_loader = measure.loader_for(
+                            torch,
+                            dataset,
+                            size["batch"],
+                            num_workers=num_workers,
+                            pin_memory=pin,
+                            persistent_workers=persistent,
+                            prefetch_factor=prefetch,
+                        )
+                        rates[key] = measure.loader_rate(torch, sweep_loader, first, size["sweep_batches"])
+            results.append(judge.judge_sweep(rates, DEFAULT_LOADER))
+
+    if opts.determinism:
+        step("determinism")
+        at_start = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        try:
+            one = measure.determinism_losses(torch, first, seed=1234, perturb=False)
+            two = measure.determinism_losses(torch, first, seed=1234, perturb=False)
+            control = measure.determinism_losses(torch, first, seed=1234, perturb=True)
+            results.append(judge.judge_determinism(one == two, control != one, at_start, first))
+        except RuntimeError as exc:  # deterministic algorithms refused (e.g. cuBLAS without the variable)
+            results.append(
+                Result(
+                    "bench.determinism",
+                    Status.FAIL,
+                    f"deterministic run refused: {exc}"[:300],
+                    subject=first,
+                    evidence={"CUBLAS_WORKSPACE_CONFIG_at_start": at_start},
+                    remedy="set CUBLAS_WORKSPACE_CONFIG=:4096:8 before the process starts (role dl_env)",
+                )
+            )
+
+    if opts.data_parallel:
+        step("data-parallel")
+        results += data_parallel(devices, size, synthetic.images_per_s)
+    return results
+
+
+def data_parallel(devices: list[str], size: dict[str, Any], single_images_per_s: float) -> list[Result]:
+    """torchrun with one process per GPU (NCCL), or two gloo processes on CPU."""
+    on_cpu = devices == ["cpu"]
+    world = 2 if on_cpu else len(devices)
+    if world < 2:
+        return [Result("bench.allreduce", Status.SKIP, "one GPU: no data-parallel to measure")]
+    backend = "gloo" if on_cpu else "nccl"
+    with tempfile.TemporaryDirectory(prefix="dltune-ddp-") as scratch:
+        out = Path(scratch) / "ddp.json"
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={world}",
+            "-m",
+            "dltune.bench.ddp",
+            "--backend",
+            backend,
+            "--device",
+            "cpu" if on_cpu else "cuda",
+            "--model",
+            size["model"],
+            "--batch",
+            str(size["batch"]),
+            "--image-size",
+            str(size["image_size"]),
+            "--steps",
+            str(size["steps"]),
+            "--warmup",
+            str(size["warmup"]),
+            "--out",
+            str(out),
+        ]
+        env = dict(os.environ)
+        if not on_cpu:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(d.split(":")[1] for d in devices)
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+        if done.returncode != 0 or not out.exists():
+            return [
+                Result(
+                    "bench.allreduce",
+                    Status.ERROR,
+                    "the data-parallel run failed",
+                    evidence={"stderr": done.stderr[-2000:]},
+                    remedy="see the evidence (torchrun's stderr)",
+                )
+            ]
+        numbers = json.loads(out.read_text())
+    # Scaling: n processes' total against n times one process (the synthetic run above).
+    scaling = numbers["images_per_s_total"] / (world * single_images_per_s) if single_images_per_s else None
+    if on_cpu:
+        # The CPU processes split one set of cores: compare with the one process that had them all.
+        scaling = numbers["images_per_s_total"] / single_images_per_s if single_images_per_s else None
+    return judge.judge_allreduce(world, backend, numbers["bytes"], numbers["seconds"], scaling)

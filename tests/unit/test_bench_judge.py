@@ -1,0 +1,99 @@
+"""The bench judgements on numbers (no PyTorch needed): spec fractions, outliers, input-bound,
+determinism with its control, bus bandwidth, oversubscription."""
+
+from __future__ import annotations
+
+import pytest
+
+from dltune.bench.judge import (
+    Matmul,
+    Training,
+    judge_allreduce,
+    judge_determinism,
+    judge_input_gap,
+    judge_matmul,
+    judge_sweep,
+    judge_threads,
+)
+from dltune.bench.specs import spec_for
+from dltune.model import Status
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+        ("NVIDIA L40S", "L40S"),
+        ("Tesla V100-SXM2-32GB", "V100 SXM2"),
+    ],
+)
+def test_device_names_map_to_their_dense_spec(name: str, model: str) -> None:
+    spec = spec_for(name)
+    assert spec is not None and spec.model == model
+
+
+def test_v100_has_no_bf16_figure_and_unknown_cards_none() -> None:
+    v100 = spec_for("Tesla V100-SXM2-16GB")
+    assert v100 is not None and "bf16" not in v100.tflops and v100.tflops["fp16"] == 125.0
+    assert spec_for("NVIDIA GeForce RTX 4090") is None
+
+
+def h100(tflops: float, device: str = "cuda:0") -> Matmul:
+    return Matmul(device, "NVIDIA H100 80GB HBM3", "bf16", 8192, tflops)
+
+
+def test_matmul_fraction_of_spec_decides_the_status() -> None:
+    assert judge_matmul([h100(800)])[0].status is Status.PASS  # 81%
+    assert judge_matmul([h100(600)])[0].status is Status.WARN  # 61%
+    failed = judge_matmul([h100(400)])[0]  # 40%
+    assert failed.status is Status.FAIL and failed.metrics["fraction_of_spec"] == pytest.approx(400 / 989.5)
+
+
+def test_a_gpu_slower_than_the_nodes_best_is_an_outlier_even_without_a_spec() -> None:
+    unknown = [Matmul(f"cuda:{i}", "Mystery GPU", "fp16", 4096, t) for i, t in enumerate((100.0, 99.0, 70.0))]
+    results = {r.subject: r for r in judge_matmul(unknown)}
+    assert results["cuda:0:fp16"].status is Status.PASS
+    assert results["cuda:2:fp16"].status is Status.WARN and "outlier" in results["cuda:2:fp16"].summary
+
+
+def run(data: str, images_per_s: float, data_ms: float, compute_ms: float) -> Training:
+    return Training("cpu", "resnet18", data, 8, 5, images_per_s, data_ms, compute_ms / 2, compute_ms / 2)
+
+
+def test_input_bound_follows_the_time_the_step_waits_for_data() -> None:
+    bound = judge_input_gap(run("synthetic", 100, 0, 80), run("real", 50, 80, 80), num_workers=0)
+    assert bound.status is Status.WARN and "input-bound" in bound.summary
+    assert bound.metrics["gap_percent"] == pytest.approx(50) and "num_workers (now 0)" in (bound.remedy or "")
+    noisy = judge_input_gap(run("synthetic", 100, 0, 80), run("real", 80, 1, 99))
+    assert noisy.status is Status.PASS  # slower, but not waiting for data
+
+
+def test_determinism_needs_a_control_that_differs() -> None:
+    assert judge_determinism(True, True, ":4096:8", "cuda:0").status is Status.PASS
+    assert judge_determinism(False, True, None, "cpu").status is Status.FAIL
+    assert judge_determinism(True, False, None, "cpu").status is Status.ERROR
+    assert judge_determinism(True, True, None, "cuda:0").status is Status.WARN
+
+
+def test_busbw_uses_the_nccl_tests_convention() -> None:
+    result = judge_allreduce(8, "nccl", 1_000_000_000, 0.01, 0.9)[0]
+    assert result.metrics["algbw_gb_s"] == pytest.approx(100)
+    assert result.metrics["busbw_gb_s"] == pytest.approx(175)
+
+
+def test_sweep_reports_the_best_setting_and_its_gain_over_the_defaults() -> None:
+    result = judge_sweep(
+        {"num_workers=0,pin_memory=False": 100.0, "num_workers=4,pin_memory=True": 250.0},
+        "num_workers=0,pin_memory=False",
+    )
+    assert result.evidence["best"] == "num_workers=4,pin_memory=True"
+    assert result.metrics["gain_percent"] == pytest.approx(150)
+
+
+def test_oversubscribed_threads_warn() -> None:
+    assert judge_threads(16, 8, 4).status is Status.WARN
+    assert judge_threads(16, 4, 4).status is Status.PASS
