@@ -66,10 +66,10 @@ test:
 
 demo: lab
 	ansible-playbook site.yml -i inventory
-	ansible-playbook playbooks/audit.yml -i inventory
 	@for node in $$(docker ps --filter label=org.dltune.lab=node --format '{{.Names}}' | sort); do \
 	  docker exec $$node runuser -u nobody -- dltune audit || true; \
 	done
+	ansible-playbook playbooks/audit.yml -i inventory
 
 # Speed, as ratios against a baseline in the same run (not part of make test).
 bench: venv

@@ -292,6 +292,35 @@ def bench(
 
 
 @app.command()
+def report(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Nodes' audit/bench JSON files, or directories of them.")
+    ],
+    html_file: Annotated[Path | None, typer.Option("--html", help="Write the HTML report here.")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write the merged JSON here.")] = None,
+) -> None:
+    """Merge nodes' results: terminal summary (nodes x areas), merged JSON, HTML page.
+    Exit 0 when every node is reachable with no fail and no error, else 1."""
+    from dltune import cluster
+
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise typer.BadParameter(f"{', '.join(missing)} does not exist", param_hint="PATHS")
+    nodes = cluster.load(paths)
+    if not nodes:
+        raise typer.BadParameter("no *.json reports found", param_hint="PATHS")
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if json_file is not None:
+        write_atomically(json_file, cluster.merged_json(nodes, generated))
+    if html_file is not None:
+        write_atomically(html_file, cluster.render_html(nodes, generated))
+    cluster.render_summary(nodes, Console(width=None if sys.stdout.isatty() else 160))
+    if html_file is not None:
+        typer.echo(f"HTML report: {html_file.resolve()}")
+    raise typer.Exit(0 if all(n.healthy for n in nodes) else 1)
+
+
+@app.command()
 def version() -> None:
     """Print dltune's version."""
     typer.echo(__version__)

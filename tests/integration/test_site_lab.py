@@ -69,8 +69,29 @@ def test_site_converges_idempotently_and_nodes_audit_clean(lab: None) -> None:
         assert all("fake NVML" in model for model in gpus["evidence"]["models"])
 
 
-def test_audit_playbook_reports_every_node(lab: None) -> None:
-    done = ansible_playbook("playbooks/audit.yml", "-i", "inventory")
+def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """playbooks/audit.yml fetches each node's audit and merges them with `dltune report`; a node in the
+    inventory that does not exist is in the report as unreachable, not dropped."""
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        (REPO_ROOT / "inventory/lab.yml")
+        .read_text()
+        .replace(
+            "        dltune-lab-node2:\n      vars:",
+            "        dltune-lab-node2:\n        dltune-lab-ghost:\n      vars:",
+            1,
+        )
+    )
+    report_dir = tmp_path / "report"
+    done = ansible_playbook(
+        "playbooks/audit.yml", "-i", str(inventory), "-e", f"dltune_report_dir={report_dir}"
+    )
     assert done.returncode == 0, done.stdout[-4000:]
+    merged = json.loads((report_dir / "cluster.json").read_text())
+    by_host = {n["host"]: n for n in merged["nodes"]}
+    assert sorted(by_host) == sorted([*NODES, "dltune-lab-ghost"])
+    assert by_host["dltune-lab-ghost"]["problem"].startswith("unreachable")
     for node in NODES:
-        assert f"ok: [{node}]" in done.stdout
+        assert by_host[node]["problem"] is None and by_host[node]["results"]
+    assert (report_dir / "report.html").read_text().count("dltune-lab-ghost") >= 1
+    assert "3 node(s)" in done.stdout
