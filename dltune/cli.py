@@ -87,6 +87,16 @@ def audit(
             "--nfs-timeout", help="Seconds an NFS mount may take to answer before it counts as stale."
         ),
     ] = 5.0,
+    slurm_drain: Annotated[
+        bool,
+        typer.Option(
+            "--slurm-drain",
+            help="Drain this Slurm node on a critical fail; resume it when healthy (only dltune's drain).",
+        ),
+    ] = False,
+    slurm_node: Annotated[
+        str | None, typer.Option("--slurm-node", help="Slurm node name (default: the short hostname).")
+    ] = None,
 ) -> None:
     """Read-only audit of this node against what the roles applied. Exit 0 ok, 1 fail, 2 usage/error."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr)
@@ -112,6 +122,18 @@ def audit(
         write_atomically(textfile_dir / "dltune.prom", render_prometheus(results, now))
     if facts_file is not None:
         write_atomically(facts_file, render_facts(results, host, now))
+    if slurm_drain:
+        from dltune.probes.runner import SubprocessRunner
+        from dltune.slurm_health import apply as apply_slurm_health
+
+        node = slurm_node or socket.gethostname().split(".")[0]
+        try:
+            Console(stderr=True).print(
+                f"dltune audit --slurm-drain: {apply_slurm_health(node, results, SubprocessRunner())}"
+            )
+        except RuntimeError as exc:
+            Console(stderr=True).print(f"dltune audit --slurm-drain: {exc}")
+            raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
     if output is OutputFormat.json:
         sys.stdout.write(render_json(results, host, now))
     elif output is OutputFormat.prometheus:

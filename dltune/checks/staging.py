@@ -133,4 +133,6 @@ def slurm_hooks(snap: Snapshot) -> Result:
         "; ".join(problems) if problems else f"Prolog/TaskProlog/Epilog manage {base}/<user>.<jobid>",
         evidence={"conf": conf_path, "slurm_conf": conf_values, "hooks": hooks, "base": base},
         remedy="apply role slurm_tmpdir" if problems else None,
+        # Jobs on this node would get no (or an unsafe) $SLURM_TMPDIR: a reason to drain it.
+        critical=bool(problems),
     )
