@@ -6,7 +6,8 @@ connection from the planned source address, and the bytes read through each moun
 NIC (tap counters on the storage side). The audit in the VM passes as an ordinary user; then the
 NFS server is killed and the audit reports every mount as stale within its timeout instead of hanging.
 
-Marked slow (~15 min on 2 cores, mostly the dltune venv install under TCG): `make test-slow`.
+Part of `make test`: the VM image carries dltune's dependencies in the role's venv (built natively by
+tests/lab/nfs-vm.sh), so the role only adds the dltune wheel under emulation.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 
 from tests.lab.nfsvm import VIPS, apply_roles, stop_nfs_server, storage_and_vm, tap_tx, vm
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow]
+pytestmark = [pytest.mark.lab]
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ set -euo pipefail
 LAB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$LAB_DIR/../.." && pwd)"
 BUILD_DIR="${DLTUNE_BUILD_DIR:-$REPO_ROOT/build}"
+WHEELHOUSE="${DLTUNE_WHEELHOUSE:-$BUILD_DIR/wheelhouse}"
 LAB_STATE="${DLTUNE_LAB_STATE:-/var/tmp/dltune-lab}"
 LAB_IMAGE_REPO="${DLTUNE_LAB_IMAGE_REPO:-dltune-lab/ubuntu}"
 LAB_RELEASES="${DLTUNE_LAB_RELEASES:-22.04 24.04}"

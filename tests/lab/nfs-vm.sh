@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# nfs-vm.sh build|start|stop — a small VM with the distribution kernel's real NFS client, for the
+# nfs-vm.sh build|start [systemd]|stop — a small VM with the distribution kernel's real NFS client, for the
 # nfs_multivip tiers that need kernel mounts (this machine's kernel has no NFS, and containers share it).
 #
 # build: Debian's kernel from its .deb (virtio, ext4, nfs modules), a debootstrap rootfs (python3,
@@ -46,11 +46,46 @@ modules_closure() {
   cp "$kroot/lib/modules/$kv"/modules.{builtin,builtin.modinfo,order} "$dest/lib/modules/$kv/"
 }
 
+# The systemd variant (tier 3, reboots): the same rootfs plus systemd as PID 1, udev naming the NICs
+# by MAC and ifupdown configuring them, so the role's fstab entries and ifupdown route hook are what
+# brings the mounts and routes back at boot.
+systemd_variant() {
+  rm -rf rootfs-sd; cp -a rootfs rootfs-sd
+  cp /etc/resolv.conf rootfs-sd/etc/resolv.conf
+  chroot rootfs-sd apt-get install -y -qq --no-install-recommends systemd-sysv ifupdown udev > apt-sd.log 2>&1 ||
+    { tail -5 apt-sd.log >&2; die "cannot install systemd into the VM image"; }
+  rm -f rootfs-sd/var/cache/apt/archives/*.deb rootfs-sd/etc/resolv.conf
+  local spec
+  for spec in em1:52:54:00:00:01:01 em2:52:54:00:00:01:02 mgmt0:52:54:00:12:34:56; do
+    printf '[Match]\nMACAddress=%s\n[Link]\nName=%s\n' "${spec#*:}" "${spec%%:*}" \
+      > "rootfs-sd/etc/systemd/network/10-${spec%%:*}.link"
+  done
+  cat > rootfs-sd/etc/network/interfaces <<'IFACES'
+auto lo
+iface lo inet loopback
+auto mgmt0
+iface mgmt0 inet static
+    address 10.0.2.15/24
+auto em1
+iface em1 inet static
+    address 10.21.115.122/24
+auto em2
+iface em2 inet static
+    address 10.21.115.123/24
+IFACES
+  echo gpu-node-vm > rootfs-sd/etc/hostname
+  echo 'net.ipv4.conf.all.arp_ignore=1' > rootfs-sd/etc/sysctl.d/10-lab.conf
+  mke2fs -q -t ext4 -d rootfs-sd -L root rootfs-sd.img 1536M
+  rm -rf rootfs-sd
+}
+
 build() {
   ensure_tools
-  local kv key mirror
+  local kv key mirror deps
   kv=$(kernel_version); [ -n "$kv" ] || die "no linux-image-amd64 in the apt sources"
-  key=$(cat "$0" | sha256sum | cut -c1-12)-$kv
+  # Rebuilt when this script, the kernel or dltune's dependencies (the wheelhouse, without dltune) change.
+  deps=$(ls "$WHEELHOUSE" 2>/dev/null | grep -v '^dltune-' || true)
+  key=$( (cat "$0"; echo "$deps") | sha256sum | cut -c1-12)-$kv
   if [ -s "$VM_DIR/built" ] && [ "$(cat "$VM_DIR/built")" = "$key" ]; then
     log "VM image up to date ($key)"; return 0
   fi
@@ -69,6 +104,16 @@ build() {
     --include=python3,python3-venv,python3-packaging,python3-apt,openssh-server,nfs-common,netbase,iproute2,kmod,procps \
     bookworm rootfs "$mirror" > debootstrap.log 2>&1 || { tail -5 debootstrap.log >&2; die "debootstrap failed"; }
   rm -f rootfs/var/cache/apt/archives/*.deb
+  # dltune's dependencies pre-installed in the venv the dltune role uses (natively, in a chroot): under
+  # TCG, pip installing them takes minutes; the role then only adds the dltune wheel of the test run.
+  if ls "$WHEELHOUSE"/*.whl >/dev/null 2>&1; then
+    mkdir -p rootfs/tmp/wheelhouse && cp "$WHEELHOUSE"/*.whl rootfs/tmp/wheelhouse/
+    chroot rootfs python3 -m venv /opt/dltune/venv
+    chroot rootfs /opt/dltune/venv/bin/pip install -q --no-index --find-links /tmp/wheelhouse \
+      $(cd "$WHEELHOUSE" && ls *.whl | grep -v '^dltune-' | sed 's/-.*//' | sort -u) ||
+      die "cannot pre-install dltune's dependencies in the VM image"
+    rm -rf rootfs/tmp/wheelhouse
+  fi
   modules_closure rootfs kroot "$kv" virtio_pci virtio_net nfsv3 nfsv4
   chroot rootfs depmod "$kv"
   ssh-keygen -q -t ed25519 -N '' -f ssh/id_ed25519
@@ -92,6 +137,7 @@ while :; do sleep 3600; done
 INIT
   chmod +x rootfs/sbin/lab-init
   mke2fs -q -t ext4 -d rootfs -L root rootfs.img 1536M
+  systemd_variant
   mkdir -p initrd/bin initrd/proc initrd/sys initrd/dev initrd/newroot
   cp "$busybox" initrd/bin/
   modules_closure initrd kroot "$kv" virtio_pci virtio_blk crc32c_generic ext4
@@ -103,8 +149,10 @@ mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 for m in virtio_pci virtio_blk crc32c_generic ext4; do modprobe $m; done
 for i in $(seq 50); do [ -b /dev/vda ] && break; sleep 0.1; done
 mount -t ext4 /dev/vda /newroot || { echo "LAB-INIT: root mount failed"; poweroff -f; }
+init=/sbin/lab-init
+for word in $(cat /proc/cmdline); do case $word in labinit=*) init=${word#labinit=} ;; esac; done
 umount /proc /sys; mount --move /dev /newroot/dev
-exec switch_root /newroot /sbin/lab-init
+exec switch_root /newroot "$init"
 INIT
   chmod +x initrd/init
   (cd initrd && find . | cpio -o -H newc --quiet | gzip -1) > initrd.gz
@@ -113,27 +161,42 @@ INIT
   log "VM image built: kernel $kv"
 }
 
+# start [systemd]: the lab-init image (PID 1 a shell script, up in ~10 s), or the systemd variant
+# (real boot, reboots inside the same QEMU: -snapshot keeps the session's changes across them).
 start() {
+  local variant=${1:-lab-init} image append reboot mgmt_mac=52:54:00:12:34:56
   [ -s "$VM_DIR/built" ] || die "no VM image: run $0 build"
   ip netns list | grep -q "^$NS_STORAGE" || die "the storage namespace is not up: run nfs-storage.sh up"
   stop >/dev/null 2>&1
   rm -f "$VM_DIR/console.log"
+  if [ "$variant" = systemd ]; then
+    image=$VM_DIR/rootfs-sd.img append="console=ttyS0 panic=-1 labinit=/lib/systemd/systemd" reboot=
+  else
+    image=$VM_DIR/rootfs.img append="console=ttyS0 panic=-1 quiet" reboot=-no-reboot
+  fi
+  # shellcheck disable=SC2086 # $reboot is one option or none
   ip netns exec "$NS_STORAGE" setsid qemu-system-x86_64 -accel tcg -cpu max -m 1536 -smp 2 -snapshot \
-    -kernel "$VM_DIR/vmlinuz" -initrd "$VM_DIR/initrd.gz" -append "console=ttyS0 panic=-1 quiet" \
-    -drive "file=$VM_DIR/rootfs.img,format=raw,if=virtio" -display none -no-reboot -nodefaults \
+    -kernel "$VM_DIR/vmlinuz" -initrd "$VM_DIR/initrd.gz" -append "$append" \
+    -drive "file=$image,format=raw,if=virtio" -display none $reboot -nodefaults \
     -serial "file:$VM_DIR/console.log" \
-    -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$SSH_PORT-:22" -device virtio-net-pci,netdev=mgmt,romfile= \
+    -netdev "user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:$SSH_PORT-:22" -device virtio-net-pci,netdev=mgmt,mac=$mgmt_mac,romfile= \
     -netdev tap,id=n1,ifname=tapem1,script=no,downscript=no -device virtio-net-pci,netdev=n1,mac=52:54:00:00:01:01,romfile= \
     -netdev tap,id=n2,ifname=tapem2,script=no,downscript=no -device virtio-net-pci,netdev=n2,mac=52:54:00:00:01:02,romfile= \
     > "$VM_DIR/qemu.out" 2>&1 &
   echo $! > "$VM_DIR/qemu.pid"
-  for _ in $(seq 1 480); do
-    grep -q 'LAB-INIT: sshd up' "$VM_DIR/console.log" 2>/dev/null && { log "VM up (ssh on 127.0.0.1:$SSH_PORT in $NS_STORAGE)"; return 0; }
+  for _ in $(seq 1 600); do
+    if [ "$variant" = systemd ]; then
+      ip netns exec "$NS_STORAGE" ssh -n -q -i "$VM_DIR/ssh/id_ed25519" -o StrictHostKeyChecking=no \
+        -o UserKnownHostsFile=/dev/null -o ConnectTimeout=3 -p "$SSH_PORT" root@127.0.0.1 true 2>/dev/null &&
+        { log "systemd VM up (ssh on 127.0.0.1:$SSH_PORT in $NS_STORAGE)"; return 0; }
+    else
+      grep -q 'LAB-INIT: sshd up' "$VM_DIR/console.log" 2>/dev/null && { log "VM up (ssh on 127.0.0.1:$SSH_PORT in $NS_STORAGE)"; return 0; }
+    fi
     grep -q 'root mount failed' "$VM_DIR/console.log" 2>/dev/null && die "VM root mount failed"
     kill -0 "$(cat "$VM_DIR/qemu.pid")" 2>/dev/null || { cat "$VM_DIR/qemu.out" >&2; die "qemu exited"; }
     sleep 0.5
   done
-  die "VM did not come up in 240 s"
+  die "VM did not come up in 300 s"
 }
 
 stop() {
@@ -147,7 +210,7 @@ stop() {
 
 case ${1:-} in
   build) build ;;
-  start) start ;;
+  start) start "${2:-lab-init}" ;;
   stop) stop ;;
-  *) echo "usage: $0 build|start|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 build|start [systemd]|stop" >&2; exit 2 ;;
 esac

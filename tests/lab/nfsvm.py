@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,12 +48,13 @@ def lab(script: str, action: str) -> None:
 
 
 @contextmanager
-def storage_and_vm() -> Iterator[None]:
-    """nfs-ganesha on the VIPs and the VM booted on the storage bridge; both gone afterwards."""
+def storage_and_vm(variant: str = "lab-init") -> Iterator[None]:
+    """nfs-ganesha on the VIPs and the VM (lab-init, or systemd for reboots) booted on the storage
+    bridge; both gone afterwards."""
     lab("nfs-vm.sh", "build")
     lab("nfs-storage.sh", "up")
     try:
-        lab("nfs-vm.sh", "start")
+        subprocess.run(["bash", str(REPO_ROOT / "tests/lab/nfs-vm.sh"), "start", variant], check=True)
         yield
     finally:
         lab("nfs-vm.sh", "stop")
@@ -68,6 +70,19 @@ def vm(command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         timeout=timeout,
         check=False,
     )
+
+
+def reboot_vm(timeout: float = 600) -> float:
+    """`systemctl reboot` in the systemd VM; returns the seconds until SSH answers again."""
+    vm("systemctl reboot", timeout=30)
+    start = time.monotonic()
+    while time.monotonic() - start < 60 and vm("true", timeout=15).returncode == 0:
+        time.sleep(1)  # still going down
+    while time.monotonic() - start < timeout:
+        if vm("true", timeout=15).returncode == 0:
+            return time.monotonic() - start
+        time.sleep(2)
+    raise TimeoutError(f"the VM did not come back within {timeout} s")
 
 
 def tap_tx() -> dict[str, int]:

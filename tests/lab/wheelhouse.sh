@@ -2,7 +2,6 @@
 # The wheelhouse: dltune and its runtime dependencies as wheels, for every target Python (Ubuntu
 # 22.04's 3.10 to 24.04's 3.12), so lab containers and real nodes install dltune offline.
 source "$(dirname "$0")/lib.sh"
-WHEELHOUSE="${DLTUNE_WHEELHOUSE:-$BUILD_DIR/wheelhouse}"
 PY="${PYTHON:-$( [ -x "$REPO_ROOT/.venv/bin/python" ] && echo "$REPO_ROOT/.venv/bin/python" || echo python3)}"
 mkdir -p "$WHEELHOUSE"
 rm -f "$WHEELHOUSE"/*.whl   # no stale versions beside the ones pyproject.toml asks for

@@ -7,7 +7,8 @@ from dltune.slurm_health import critical_failures, parse_node
 
 SHOWN = (
     "NodeName=slurm-node Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 State=IDLE+DRAIN ThreadsPerCore=1 "
-    "Partitions=debug BootTime=2026-11-22T07:00:00 Reason=dltune: staging.slurm_hooks [root@2026-11-22T08:00:00]"
+    "Partitions=debug BootTime=2026-11-22T07:00:00 "
+    "Reason=dltune: staging.slurm_hooks [root@2026-11-22T08:00:00]"
 )
 
 
