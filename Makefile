@@ -1,7 +1,7 @@
 # Two commands for a fresh machine (run as root: the lab starts a Docker engine):
 #   make demo   the lab, site.yml on its nodes, then the audit of each node
 #   make test   everything CI runs: venv, lab, linters, pytest, every molecule scenario, lab down
-#   make test-slow   the VM tiers (nfs_multivip tier 2 under QEMU/TCG, ~15 min), root
+#   make test-slow   nfs_multivip tier 3 (reboots of a systemd VM under QEMU/TCG, ~20 min), root
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -48,7 +48,7 @@ unit: venv
 pytest: venv
 	DLTUNE_LAB_REQUIRED=1 pytest -m "not slow"
 
-# The VM tiers (QEMU under TCG, ~15 min on 2 cores): root, no Docker needed.
+# Tier 3 of nfs_multivip (QEMU under TCG, reboots): root, no Docker needed.
 test-slow: venv
 	DLTUNE_LAB_REQUIRED=1 pytest -m slow
 
