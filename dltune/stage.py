@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from dltune.probes.jobenv import fstype_at
 from dltune.probes.mounts import parse_mountinfo
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tgz", ".tar")
@@ -88,13 +89,7 @@ def is_archive(src: Path) -> bool:
 def fstype_of(path: Path, mountinfo: str | None = None) -> str:
     """Filesystem type of the mount holding ``path`` (longest mount-point prefix in mountinfo)."""
     text = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
-    real = os.path.realpath(path)
-    holding = [
-        m
-        for m in parse_mountinfo(text)
-        if real == m.mount_point or real.startswith(m.mount_point.rstrip("/") + "/")
-    ]
-    return max(holding, key=lambda m: len(m.mount_point)).fstype if holding else "unknown"
+    return fstype_at(os.path.realpath(path), parse_mountinfo(text))
 
 
 def space_at(path: Path) -> Space:
