@@ -107,7 +107,10 @@ def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:
 
 def render_summary(nodes: Sequence[NodeReport], console: Console) -> None:
     areas = [a for a in AREAS if any(r["area"] == a for n in nodes for r in n.results)]
-    table = Table(title=f"dltune report: {len(nodes)} node(s), {sum(n.healthy for n in nodes)} healthy")
+    table = Table(
+        title=f"dltune report: {len(nodes)} node(s), {sum(n.healthy for n in nodes)} healthy",
+        title_justify="left",
+    )
     table.add_column("node")
     for area in areas:
         table.add_column(area)

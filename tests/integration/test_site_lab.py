@@ -94,4 +94,6 @@ def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type
     for node in NODES:
         assert by_host[node]["problem"] is None and by_host[node]["results"]
     assert (report_dir / "report.html").read_text().count("dltune-lab-ghost") >= 1
-    assert "3 node(s)" in done.stdout
+    # The summary reaches the terminal as drawn: the heading whole, each node's row on one line.
+    assert "dltune report: 3 node(s)" in done.stdout
+    assert any("dltune-lab-ghost" in line and "UNREACHABLE" in line for line in done.stdout.splitlines())
