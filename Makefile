@@ -75,12 +75,13 @@ demo: lab
 	ansible-playbook playbooks/audit.yml -i inventory
 
 # Speed, as ratios against a baseline in the same run (not part of make test).
-bench: venv
+bench: lab
 	$(PY) benchmarks/audit_speed.py
 	$(PY) benchmarks/noatime.py
 	$(PY) benchmarks/nfs_audit.py
 	$(PY) benchmarks/stage.py
 	$(PY) benchmarks/bench_quick.py
+	$(PY) benchmarks/playbook.py
 
 clean: lab-down
 	rm -rf build .cache

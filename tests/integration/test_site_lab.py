@@ -97,3 +97,36 @@ def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type
     # The summary reaches the terminal as drawn: the heading whole, each node's row on one line.
     assert "dltune report: 3 node(s)" in done.stdout
     assert any("dltune-lab-ghost" in line and "UNREACHABLE" in line for line in done.stdout.splitlines())
+
+
+def test_a_disruptive_role_stops_the_rollout_after_a_failed_batch(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The disruptive roles' plays go a batch at a time (serial 25%) and stop when more than 10% of a
+    batch failed: node1's bad input fails the first batch, so node2 is never touched. Control: with
+    the threshold raised to 100% the same run goes on to node2."""
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        (REPO_ROOT / "inventory/lab.yml")
+        .read_text()
+        .replace(
+            "        dltune-lab-node1:\n        dltune-lab-node2:\n      vars:",
+            "        dltune-lab-node1:\n"
+            "          data_disks_devices: [{device: /dev/null, mount_point: data}]\n"
+            "        dltune-lab-node2:\n      vars:",
+            1,
+        )
+    )
+    recap = re.compile(
+        r"^(dltune-lab-node\d)\s*:\s*ok=(\d+)\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", re.M
+    )
+
+    stopped = ansible_playbook("playbooks/data_disks.yml", "-i", str(inventory))
+    assert stopped.returncode != 0
+    hosts = {m[1]: (int(m[2]), int(m[3])) for m in recap.finditer(stopped.stdout)}
+    assert hosts["dltune-lab-node1"][1] == 1, stopped.stdout[-3000:]
+    assert hosts.get("dltune-lab-node2", (0, 0)) == (0, 0), stopped.stdout[-3000:]
+
+    tolerated = ansible_playbook(
+        "playbooks/data_disks.yml", "-i", str(inventory), "-e", "data_disks_max_fail_percentage=100"
+    )
+    hosts = {m[1]: (int(m[2]), int(m[3])) for m in recap.finditer(tolerated.stdout)}
+    assert hosts["dltune-lab-node1"][1] == 1 and hosts["dltune-lab-node2"][0] > 0, tolerated.stdout[-3000:]
