@@ -31,7 +31,8 @@ RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s
 
 
 def start_nodes(names: list[str]) -> None:
-    env = {**os.environ, "DLTUNE_LAB_NODES": " ".join(names)}
+    # No loop data disks: 1 + N nodes would exhaust the machine's 8 loop devices beside the lab's.
+    env = {**os.environ, "DLTUNE_LAB_NODES": " ".join(names), "DLTUNE_LAB_DATA_DISKS": "0"}
     subprocess.run(["bash", str(REPO_ROOT / "tests/lab/nodes.sh")], check=True, env=env)
 
 

@@ -9,13 +9,16 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.lab
-NODES = ("dltune-lab-node1", "dltune-lab-node2")
+NODES = ("dltune-lab-node1", "dltune-lab-node2", "dltune-lab-node3")
 
 
 def lab_is_up() -> bool:
@@ -33,6 +36,21 @@ def lab() -> None:
         if os.environ.get("DLTUNE_LAB_REQUIRED") == "1":
             pytest.fail("the lab is not up (make lab)")
         pytest.skip("the lab is not up (make lab)")
+
+
+def lab_inventory(tmp_path: Path, extra_hosts: dict[str, dict[str, Any] | None]) -> Path:
+    """inventory/lab.yml with more gpu_nodes hosts (or host vars on existing ones)."""
+    inventory = yaml.safe_load((REPO_ROOT / "inventory/lab.yml").read_text())
+    inventory["all"]["children"]["gpu_nodes"]["hosts"].update(extra_hosts)
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+def docker_exec(node: str, *argv: str) -> str:
+    done = subprocess.run(["docker", "exec", node, *argv], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, (argv, done.stderr)
+    return done.stdout
 
 
 def ansible_playbook(*args: str) -> subprocess.CompletedProcess[str]:
@@ -67,21 +85,20 @@ def test_site_converges_idempotently_and_nodes_audit_clean(lab: None) -> None:
         assert results["driver.loaded"]["status"] == "pass"
         assert gpus["status"] == "pass" and gpus["metrics"]["gpus"] == 4
         assert all("fake NVML" in model for model in gpus["evidence"]["models"])
+        # The node's blank loop disk: formatted, in fstab by UUID, mounted at /data with noatime.
+        noatime = [r for r in json.loads(done.stdout)["results"] if r["id"] == "storage.data_noatime"]
+        assert [(r["subject"], r["status"]) for r in noatime] == [("/data", "pass")], noatime
+        fstab = [r for r in json.loads(done.stdout)["results"] if r["id"] == "storage.data_fstab"]
+        assert fstab and all(r["status"] == "pass" for r in fstab), fstab
+        options = docker_exec(node, "findmnt", "-n", "-o", "OPTIONS", "/data")
+        assert "noatime" in options.split(","), options
+        assert re.search(r"^UUID=\S+\s+/data\s", docker_exec(node, "cat", "/etc/fstab"), re.M)
 
 
 def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """playbooks/audit.yml fetches each node's audit and merges them with `dltune report`; a node in the
     inventory that does not exist is in the report as unreachable, not dropped."""
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(
-        (REPO_ROOT / "inventory/lab.yml")
-        .read_text()
-        .replace(
-            "        dltune-lab-node2:\n      vars:",
-            "        dltune-lab-node2:\n        dltune-lab-ghost:\n      vars:",
-            1,
-        )
-    )
+    inventory = lab_inventory(tmp_path, {"dltune-lab-ghost": None})
     report_dir = tmp_path / "report"
     done = ansible_playbook(
         "playbooks/audit.yml", "-i", str(inventory), "-e", f"dltune_report_dir={report_dir}"
@@ -95,25 +112,48 @@ def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type
         assert by_host[node]["problem"] is None and by_host[node]["results"]
     assert (report_dir / "report.html").read_text().count("dltune-lab-ghost") >= 1
     # The summary reaches the terminal as drawn: the heading whole, each node's row on one line.
-    assert "dltune report: 3 node(s)" in done.stdout
+    assert f"dltune report: {len(NODES) + 1} node(s)" in done.stdout
+    assert f"HTML report: {report_dir.resolve()}/report.html" in done.stdout
     assert any("dltune-lab-ghost" in line and "UNREACHABLE" in line for line in done.stdout.splitlines())
+
+
+def test_one_broken_node_and_only_that_node_fails_in_the_report(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An admin remounts node2's data disk relatime by hand: the next cluster report shows node2,
+    and no other node, failing on /data (noatime, and live options vs fstab), with the data_disks
+    remedy."""
+    report_dir = tmp_path / "report"
+    broken = NODES[1]
+    docker_exec(broken, "mount", "-o", "remount,relatime", "--options-source", "disable", "/data")
+    try:
+        done = ansible_playbook(
+            "playbooks/audit.yml", "-i", "inventory", "-e", f"dltune_report_dir={report_dir}"
+        )
+    finally:
+        docker_exec(broken, "mount", "-o", "remount,noatime", "--options-source", "disable", "/data")
+    assert done.returncode == 0, done.stdout[-4000:]
+    by_host = {n["host"]: n for n in json.loads((report_dir / "cluster.json").read_text())["nodes"]}
+    failing = {
+        host: sorted((r["id"], r["subject"]) for r in node["results"] if r["status"] in ("fail", "error"))
+        for host, node in by_host.items()
+    }
+    # Both findings are about /data: the live options lack noatime, and no longer match fstab's.
+    expected = [("storage.data_fstab", "/data"), ("storage.data_noatime", "/data")]
+    assert failing == {node: (expected if node == broken else []) for node in NODES}, failing
+    finding = next(r for r in by_host[broken]["results"] if r["id"] == "storage.data_noatime")
+    assert finding["subject"] == "/data" and "data_disks" in finding["remedy"], finding
+    assert not by_host[broken]["healthy"] and all(by_host[n]["healthy"] for n in NODES if n != broken)
+    page = (report_dir / "report.html").read_text()
+    assert finding["remedy"].split()[0] in page and broken in page
 
 
 def test_a_disruptive_role_stops_the_rollout_after_a_failed_batch(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The disruptive roles' plays go a batch at a time (serial 25%) and stop when more than 10% of a
-    batch failed: node1's bad input fails the first batch, so node2 is never touched. Control: with
-    the threshold raised to 100% the same run goes on to node2."""
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(
-        (REPO_ROOT / "inventory/lab.yml")
-        .read_text()
-        .replace(
-            "        dltune-lab-node1:\n        dltune-lab-node2:\n      vars:",
-            "        dltune-lab-node1:\n"
-            "          data_disks_devices: [{device: /dev/null, mount_point: data}]\n"
-            "        dltune-lab-node2:\n      vars:",
-            1,
-        )
+    batch failed: node1's bad input fails the first batch, so the other nodes are never touched.
+    Control: with one batch of all nodes and the threshold at 100% the same run goes on to them
+    (Ansible always ends a play whose whole batch failed, so the batch must hold them all)."""
+    inventory = lab_inventory(
+        tmp_path,
+        {"dltune-lab-node1": {"data_disks_devices": [{"device": "/dev/null", "mount_point": "data"}]}},
     )
     recap = re.compile(
         r"^(dltune-lab-node\d)\s*:\s*ok=(\d+)\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", re.M
@@ -123,10 +163,19 @@ def test_a_disruptive_role_stops_the_rollout_after_a_failed_batch(lab: None, tmp
     assert stopped.returncode != 0
     hosts = {m[1]: (int(m[2]), int(m[3])) for m in recap.finditer(stopped.stdout)}
     assert hosts["dltune-lab-node1"][1] == 1, stopped.stdout[-3000:]
-    assert hosts.get("dltune-lab-node2", (0, 0)) == (0, 0), stopped.stdout[-3000:]
+    for node in NODES[1:]:
+        assert hosts.get(node, (0, 0)) == (0, 0), stopped.stdout[-3000:]
 
     tolerated = ansible_playbook(
-        "playbooks/data_disks.yml", "-i", str(inventory), "-e", "data_disks_max_fail_percentage=100"
+        "playbooks/data_disks.yml",
+        "-i",
+        str(inventory),
+        "-e",
+        "data_disks_serial=100%",
+        "-e",
+        "data_disks_max_fail_percentage=100",
     )
     hosts = {m[1]: (int(m[2]), int(m[3])) for m in recap.finditer(tolerated.stdout)}
-    assert hosts["dltune-lab-node1"][1] == 1 and hosts["dltune-lab-node2"][0] > 0, tolerated.stdout[-3000:]
+    assert hosts["dltune-lab-node1"][1] == 1, tolerated.stdout[-3000:]
+    for node in NODES[1:]:
+        assert hosts[node][0] > 0 and hosts[node][1] == 0, tolerated.stdout[-3000:]

@@ -4,8 +4,27 @@
 # node is kept; each container started is recorded for lab-down.sh.
 source "$(dirname "$0")/lib.sh"
 need_root
-LAB_NODES="${DLTUNE_LAB_NODES:-dltune-lab-node1 dltune-lab-node2}"
+LAB_NODES="${DLTUNE_LAB_NODES:-dltune-lab-node1 dltune-lab-node2 dltune-lab-node3}"
 LAB_NODE_RELEASE="${DLTUNE_LAB_NODE_RELEASE:-22.04}"
+# Each node gets a blank loop-device data disk, linked as /dev/disk/by-id/dltune-lab-data inside it
+# (inventory/lab.yml hands it to data_disks). Loop devices are host-global and few (8): 0 = none.
+LAB_DATA_DISKS="${DLTUNE_LAB_DATA_DISKS:-1}"
+LAB_DATA_DISK_SIZE="${DLTUNE_LAB_DATA_DISK_SIZE:-128M}"
+
+# The loop device backing $1, if one is attached to it.
+loop_of() { losetup --list --noheadings --output NAME,BACK-FILE | awk -v f="$1" '$2 == f {print $1; exit}'; }
+
+attach_blank_disk() {
+  local image="$LAB_STATE/disks/$1.img" loop
+  mkdir -p "$LAB_STATE/disks"
+  loop=$(loop_of "$image")
+  [ -n "$loop" ] && losetup -d "$loop"
+  rm -f "$image"
+  truncate --size="$LAB_DATA_DISK_SIZE" "$image"
+  loop=$(losetup --find --show "$image") || die "no free loop device for $1's data disk (losetup -a)"
+  echo "$loop $image" >> "$LAB_STATE/loops"
+  log "node $1: data disk $loop ($image)"
+}
 
 for node in $LAB_NODES; do
   state=$(docker inspect -f '{{.State.Status}}' "$node" 2>/dev/null || true)
@@ -14,6 +33,8 @@ for node in $LAB_NODES; do
     continue
   fi
   [ -n "$state" ] && docker rm -f "$node" >/dev/null
+  # A new node starts with a blank disk, attached before the container so its /dev has the device.
+  [ "$LAB_DATA_DISKS" = 1 ] && attach_blank_disk "$node"
   docker run -d --name "$node" --hostname "$node" --privileged \
     --tmpfs /run --tmpfs /run/lock --stop-signal SIGRTMIN+3 \
     --label org.dltune.lab=node "$LAB_IMAGE_REPO:$LAB_NODE_RELEASE" >/dev/null
@@ -30,6 +51,12 @@ for node in $LAB_NODES; do
   docker cp "$REPO_ROOT/tests/fixtures/nvml/lab_node.conf" "$node:/etc/dltune-lab/nvml-scenario.conf"
   docker cp "$fake_nvml" "$node:/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
   docker exec "$node" ldconfig
+  if [ "$LAB_DATA_DISKS" = 1 ]; then
+    loop=$(loop_of "$LAB_STATE/disks/$node.img")
+    [ -n "$loop" ] || die "node $node has no data disk attached ($LAB_STATE/disks/$node.img)"
+    docker exec "$node" mkdir -p /dev/disk/by-id
+    docker exec "$node" ln -sfn "$loop" /dev/disk/by-id/dltune-lab-data
+  fi
 done
 
 for node in $LAB_NODES; do
