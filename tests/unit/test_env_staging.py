@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
+
 from dltune.checks.env import cublas_workspace, node_files
-from dltune.checks.staging import slurm_hooks, slurm_tmpdir
+from dltune.checks.staging import REMOTE_FSTYPES, is_remote, slurm_hooks, slurm_tmpdir
 from dltune.model import Status
 from dltune.probes import Snapshot, collect_snapshot
 from dltune.probes.jobenv import PathInfo, parse_slurm_conf
+from tests.conftest import REPO_ROOT
 
 DL_ENV = {
     "role": "dl_env",
@@ -172,3 +175,13 @@ def test_probe_reads_the_job_dir_with_lstat_under_a_root(tmp_path: Path) -> None
     info = s.paths["/localscratch/alice.7"]
     assert info.is_link and not info.is_dir and info.fstype == "ext4"
     assert slurm_tmpdir(s).status is Status.FAIL
+
+
+def test_the_role_and_the_audit_agree_on_which_filesystems_are_not_node_local() -> None:
+    """slurm_tmpdir refuses a base directory on a shared filesystem and the audit's staging area
+    warns about staging onto one: the role carries its own list (it runs where dltune may be
+    absent), so the two lists must not drift apart."""
+    role_vars = yaml.safe_load((REPO_ROOT / "roles/slurm_tmpdir/vars/main.yml").read_text())
+    role_remote = set(role_vars["slurm_tmpdir__remote_fstypes"])
+    assert all(is_remote(fstype) for fstype in role_remote), role_remote - set(REMOTE_FSTYPES)
+    assert set(REMOTE_FSTYPES) <= role_remote, set(REMOTE_FSTYPES) - role_remote
