@@ -27,3 +27,20 @@ def load_role_module(relative_path: str, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# PyTorch refuses to import in a process where ansible (imported by the role and lab tests) has
+# patched sys.intern, so the torch tests run in a pytest process of their own (`make pytest` does):
+# collected only when named on the command line.
+TORCH_TESTS = REPO_ROOT / "tests/integration/test_bench_cpu.py"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path != TORCH_TESTS:
+        return None
+    named = {Path(arg.split("::")[0]).resolve() for arg in config.args}
+    return TORCH_TESTS not in named
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"{TORCH_TESTS.relative_to(REPO_ROOT)} runs only when named (own process: make pytest)"
