@@ -179,3 +179,60 @@ def test_a_disruptive_role_stops_the_rollout_after_a_failed_batch(lab: None, tmp
     assert hosts["dltune-lab-node1"][1] == 1, tolerated.stdout[-3000:]
     for node in NODES[1:]:
         assert hosts[node][0] > 0 and hosts[node][1] == 0, tolerated.stdout[-3000:]
+
+
+def test_dl_env_rolls_back_and_reapplies(lab: None) -> None:
+    """dl_env_state=absent on one node removes what the role wrote (profile.d file, its block in
+    /etc/environment, job-env, manifest fragment) and keeps the rest of /etc/environment; a second
+    rollback changes nothing; the audit then reports the environment as unplanned; present restores."""
+    node = NODES[-1]
+    limit = ("--limit", node)
+    environment_before = docker_exec(node, "cat", "/etc/environment")
+    assert "CUBLAS_WORKSPACE_CONFIG=:4096:8" in environment_before
+    written = ["/etc/profile.d/dltune-dl-env.sh", "/etc/dltune/job-env", "/etc/dltune/expected.d/dl_env.json"]
+    try:
+        absent = ansible_playbook(
+            "playbooks/dl_env.yml", "-i", "inventory", *limit, "-e", "dl_env_state=absent"
+        )
+        assert absent.returncode == 0, absent.stdout[-3000:]
+        for path in written:
+            assert (
+                subprocess.run(["docker", "exec", node, "test", "-e", path], check=False).returncode == 1
+            ), path
+        environment = docker_exec(node, "cat", "/etc/environment")
+        assert "dltune" not in environment and "CUBLAS" not in environment
+        assert environment_before.startswith(environment.rstrip("\n")), (environment_before, environment)
+        again = ansible_playbook(
+            "playbooks/dl_env.yml", "-i", "inventory", *limit, "-e", "dl_env_state=absent"
+        )
+        assert re.search(rf"^{node}\s*:.*changed=0 .*failed=0", again.stdout, re.M), again.stdout[-3000:]
+        audit = json.loads(
+            subprocess.run(
+                [
+                    "docker",
+                    "exec",
+                    node,
+                    "runuser",
+                    "-u",
+                    "nobody",
+                    "--",
+                    "dltune",
+                    "audit",
+                    "--only",
+                    "env",
+                    "--format",
+                    "json",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+        )
+        cublas = next(r for r in audit["results"] if r["id"] == "env.cublas_workspace")
+        assert cublas["status"] == "warn" and cublas["remedy"] == "apply role dl_env", cublas
+    finally:
+        present = ansible_playbook("playbooks/dl_env.yml", "-i", "inventory", *limit)
+    assert present.returncode == 0, present.stdout[-3000:]
+    assert docker_exec(node, "cat", "/etc/environment") == environment_before
+    for path in written:
+        docker_exec(node, "test", "-f", path)
