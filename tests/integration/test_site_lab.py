@@ -236,3 +236,39 @@ def test_dl_env_rolls_back_and_reapplies(lab: None) -> None:
     assert docker_exec(node, "cat", "/etc/environment") == environment_before
     for path in written:
         docker_exec(node, "test", "-f", path)
+
+
+def test_tmpfs_tmp_rolls_back_at_the_next_boot_and_reapplies(lab: None) -> None:
+    """tmpfs_tmp_state=absent removes the fstab line and the manifest fragment, leaves the live tmpfs
+    (files in use) and marks the node reboot-required naming tmpfs_tmp; a second rollback changes
+    nothing; present puts the same fstab line back."""
+    node = NODES[-1]
+    limit = ("--limit", node)
+    fstab_before = docker_exec(node, "cat", "/etc/fstab")
+    assert re.search(r"^tmpfs\s+/tmp\s+tmpfs\s", fstab_before, re.M)
+    docker_exec(node, "rm", "-f", "/run/reboot-required", "/run/reboot-required.pkgs")
+    try:
+        absent = ansible_playbook(
+            "playbooks/tmpfs_tmp.yml", "-i", "inventory", *limit, "-e", "tmpfs_tmp_state=absent"
+        )
+        assert absent.returncode == 0, absent.stdout[-3000:]
+        fstab = docker_exec(node, "cat", "/etc/fstab")
+        assert not re.search(r"^\S+\s+/tmp\s", fstab, re.M), fstab
+        assert [line for line in fstab_before.splitlines() if " /tmp " not in line] == fstab.splitlines()
+        assert docker_exec(node, "findmnt", "-n", "-o", "FSTYPE", "/tmp").strip() == "tmpfs"
+        assert "tmpfs_tmp" in docker_exec(node, "cat", "/run/reboot-required.pkgs").split()
+        assert subprocess.run(
+            ["docker", "exec", node, "test", "-e", "/etc/dltune/expected.d/tmpfs_tmp.json"], check=False
+        ).returncode
+        again = ansible_playbook(
+            "playbooks/tmpfs_tmp.yml", "-i", "inventory", *limit, "-e", "tmpfs_tmp_state=absent"
+        )
+        assert re.search(rf"^{node}\s*:.*changed=0 .*failed=0", again.stdout, re.M), again.stdout[-3000:]
+    finally:
+        present = ansible_playbook("playbooks/tmpfs_tmp.yml", "-i", "inventory", *limit)
+        # The marker is the rollback's, and the rollback was undone: no reboot is due any more.
+        docker_exec(node, "rm", "-f", "/run/reboot-required", "/run/reboot-required.pkgs")
+    assert present.returncode == 0, present.stdout[-3000:]
+    # The same lines (the /tmp line now comes last: the mount module appends).
+    assert sorted(docker_exec(node, "cat", "/etc/fstab").splitlines()) == sorted(fstab_before.splitlines())
+    docker_exec(node, "test", "-f", "/etc/dltune/expected.d/tmpfs_tmp.json")
