@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +273,40 @@ def test_tmpfs_tmp_rolls_back_at_the_next_boot_and_reapplies(lab: None) -> None:
     # The same lines (the /tmp line now comes last: the mount module appends).
     assert sorted(docker_exec(node, "cat", "/etc/fstab").splitlines()) == sorted(fstab_before.splitlines())
     docker_exec(node, "test", "-f", "/etc/dltune/expected.d/tmpfs_tmp.json")
+
+
+def test_data_disks_roll_back_without_losing_data(lab: None) -> None:
+    """data_disks_state=absent: a disk in use is refused before fstab changes; once free, the disk is
+    unmounted and its fstab line removed, its filesystem and files stay; present mounts the same
+    filesystem again (same UUID, not reformatted) with the file intact."""
+    node = NODES[-1]
+    limit = ("--limit", node)
+    rollback = ("playbooks/data_disks.yml", "-i", "inventory", *limit, "-e", "data_disks_state=absent")
+    fstab_before = docker_exec(node, "cat", "/etc/fstab")
+    uuid = docker_exec(node, "findmnt", "-n", "-o", "UUID", "/data").strip()
+    docker_exec(node, "sh", "-c", "echo kept > /data/rollback-marker")
+    holder = subprocess.Popen(["docker", "exec", node, "sh", "-c", "cd /data && exec sleep 300"])
+    try:
+        time.sleep(2)
+        busy = ansible_playbook(*rollback)
+        assert busy.returncode != 0
+        assert docker_exec(node, "cat", "/etc/fstab") == fstab_before
+        assert docker_exec(node, "findmnt", "-n", "-o", "UUID", "/data").strip() == uuid
+        docker_exec(node, "pkill", "-f", "sleep 300")
+        holder.wait(timeout=30)
+
+        absent = ansible_playbook(*rollback)
+        assert absent.returncode == 0, absent.stdout[-3000:]
+        assert subprocess.run(["docker", "exec", node, "findmnt", "/data"], check=False).returncode == 1
+        assert f"UUID={uuid}" not in docker_exec(node, "cat", "/etc/fstab")
+        assert docker_exec(node, "blkid", "-U", uuid).strip()
+        again = ansible_playbook(*rollback)
+        assert re.search(rf"^{node}\s*:.*changed=0 .*failed=0", again.stdout, re.M), again.stdout[-3000:]
+    finally:
+        subprocess.run(["docker", "exec", node, "pkill", "-f", "sleep 300"], check=False)
+        holder.wait(timeout=30)
+        present = ansible_playbook("playbooks/data_disks.yml", "-i", "inventory", *limit)
+    assert present.returncode == 0, present.stdout[-3000:]
+    assert docker_exec(node, "findmnt", "-n", "-o", "UUID", "/data").strip() == uuid
+    assert docker_exec(node, "cat", "/data/rollback-marker") == "kept\n"
+    assert sorted(docker_exec(node, "cat", "/etc/fstab").splitlines()) == sorted(fstab_before.splitlines())

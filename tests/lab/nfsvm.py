@@ -72,14 +72,24 @@ def vm(command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
+def vm_answers(timeout: float = 15) -> bool:
+    """Whether SSH into the VM runs a command now. While the guest boots, QEMU's port forward accepts
+    the TCP connection and nothing answers, so a timeout means "not up yet", not an error."""
+    try:
+        return vm("true", timeout=timeout).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
 def reboot_vm(timeout: float = 600) -> float:
     """`systemctl reboot` in the systemd VM; returns the seconds until SSH answers again."""
-    vm("systemctl reboot", timeout=30)
+    # Started by systemd a second later, so the SSH session that asks for it ends cleanly.
+    vm("systemd-run --on-active=1 --timer-property=AccuracySec=100ms systemctl reboot", timeout=60)
     start = time.monotonic()
-    while time.monotonic() - start < 60 and vm("true", timeout=15).returncode == 0:
+    while time.monotonic() - start < 60 and vm_answers():
         time.sleep(1)  # still going down
     while time.monotonic() - start < timeout:
-        if vm("true", timeout=15).returncode == 0:
+        if vm_answers():
             return time.monotonic() - start
         time.sleep(2)
     raise TimeoutError(f"the VM did not come back within {timeout} s")
