@@ -310,3 +310,57 @@ def test_data_disks_roll_back_without_losing_data(lab: None) -> None:
     assert docker_exec(node, "findmnt", "-n", "-o", "UUID", "/data").strip() == uuid
     assert docker_exec(node, "cat", "/data/rollback-marker") == "kept\n"
     assert sorted(docker_exec(node, "cat", "/etc/fstab").splitlines()) == sorted(fstab_before.splitlines())
+
+
+def test_dltune_uninstalls_cleanly_and_reinstalls(lab: None) -> None:
+    """dltune_state=absent removes the periodic audit (units, timer, its last facts and textfile), the
+    PATH link and the virtualenv, keeps the other roles' manifest; a second run changes nothing; present
+    installs it again and the audit runs as an ordinary user."""
+    node = NODES[-1]
+    limit = ("--limit", node)
+    facts = "/etc/ansible/facts.d/dltune.fact"
+    prom = "/var/lib/prometheus/node-exporter/dltune.prom"
+
+    def exists(path: str) -> bool:
+        return subprocess.run(["docker", "exec", node, "test", "-e", path], check=False).returncode == 0
+
+    try:
+        timer = ansible_playbook(
+            "playbooks/dltune.yml", "-i", "inventory", *limit, "-e", "dltune_audit_timer=true"
+        )
+        assert timer.returncode == 0, timer.stdout[-3000:]
+        assert exists(facts) and exists(prom)
+        manifest = docker_exec(node, "ls", "/etc/dltune/expected.d").split()
+        absent = ansible_playbook(
+            "playbooks/dltune.yml", "-i", "inventory", *limit, "-e", "dltune_state=absent"
+        )
+        assert absent.returncode == 0, absent.stdout[-3000:]
+        for path in (
+            facts,
+            prom,
+            "/opt/dltune",
+            "/usr/local/bin/dltune",
+            "/etc/systemd/system/dltune-audit.timer",
+        ):
+            assert not exists(path), path
+        assert docker_exec(node, "ls", "/etc/dltune/expected.d").split() == manifest
+        enabled = subprocess.run(
+            ["docker", "exec", node, "systemctl", "is-enabled", "dltune-audit.timer"],
+            check=False,
+            capture_output=True,
+        )
+        assert enabled.returncode != 0
+        again = ansible_playbook(
+            "playbooks/dltune.yml", "-i", "inventory", *limit, "-e", "dltune_state=absent"
+        )
+        assert re.search(rf"^{node}\s*:.*changed=0 .*failed=0", again.stdout, re.M), again.stdout[-3000:]
+    finally:
+        present = ansible_playbook("playbooks/dltune.yml", "-i", "inventory", *limit)
+    assert present.returncode == 0, present.stdout[-3000:]
+    audit = subprocess.run(
+        ["docker", "exec", node, "runuser", "-u", "nobody", "--", "dltune", "audit", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert audit.returncode in (0, 1) and json.loads(audit.stdout)["results"], audit.stderr
