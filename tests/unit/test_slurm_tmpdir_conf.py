@@ -34,6 +34,25 @@ def test_second_plan_is_a_no_op_and_keeps_the_recorded_site_hook() -> None:
     assert again == text and site_again == site and notes == []
 
 
+def test_restore_gives_the_site_its_hooks_back_and_drops_ours() -> None:
+    """Rollback: the site's Prolog comes back, the Epilog/TaskProlog lines the site never had go, and
+    everything else (incl. the Alloc flag, which the site may rely on by now) stays."""
+    applied, site, _ = conf.plan(SITE, OURS, {})
+    restored, notes = conf.restore(applied, OURS, site)
+    assert restored == SITE.replace("PrologFlags=X11", "PrologFlags=X11,Alloc")
+    assert len(notes) == 3
+    again, notes = conf.restore(restored, OURS, site)
+    assert again == restored and notes == []
+
+
+def test_restore_leaves_a_hook_the_site_changed_since() -> None:
+    applied, site, _ = conf.plan(SITE, OURS, {})
+    edited = applied.replace(f"Epilog={OURS['epilog']}", "Epilog=/etc/slurm/new-site-epilog.sh")
+    restored, _ = conf.restore(edited, OURS, site)
+    assert conf.parse(restored)["epilog"][1] == "/etc/slurm/new-site-epilog.sh"
+    assert conf.parse(restored)["prolog"][1] == "/etc/slurm/site-prolog.sh"
+
+
 def test_contain_counts_as_alloc() -> None:
     text, _, _ = conf.plan("PrologFlags=Contain\n", OURS, {})
     assert conf.parse(text)["prologflags"][1] == "Contain"

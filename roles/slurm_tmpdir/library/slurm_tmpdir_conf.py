@@ -4,6 +4,8 @@
 slurm.conf takes one program per hook on every version this role supports, so a site's existing
 hook is recorded in hooks.json and run by ours (chained), and the slurm.conf line then names ours.
 A rerun recognises its own hooks and keeps the recorded site hooks: the edit is idempotent.
+state=absent undoes it: each key that names our hook gets the recorded site hook back (or goes, if the
+site had none), then hooks.json is removed; keys that no longer name ours are the site's and stay.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import os
 import re
 import tempfile
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -24,6 +27,7 @@ options:
   hooks_config: {type: path, required: true, description: JSON file our hooks read (site hooks etc.)}
   settings: {type: dict, default: {}, description: extra keys written into hooks_config}
   manage_conf: {type: bool, default: true, description: false on configless nodes (no slurm.conf here)}
+  state: {type: str, default: present, choices: [present, absent], description: absent restores site hooks}
 """
 
 KEYS = {"prolog": "Prolog", "epilog": "Epilog", "task_prolog": "TaskProlog"}
@@ -75,6 +79,27 @@ def plan(text: str, ours: dict[str, str], recorded: dict[str, str]) -> tuple[str
     return "\n".join(lines) + "\n", site_hooks, notes
 
 
+def restore(text: str, ours: dict[str, str], recorded: dict[str, str]) -> tuple[str, list[str]]:
+    """slurm.conf with the site's recorded hooks back where ours are named (the line goes when the site
+    had none); PrologFlags stays (Alloc is harmless, and the site may rely on it by now)."""
+    lines = text.splitlines()
+    found = parse(text)
+    dropped: set[int] = set()
+    notes: list[str] = []
+    for hook, key in KEYS.items():
+        at = found.get(key.lower())
+        if at is None or at[1] != ours[hook]:
+            continue
+        site = recorded.get(hook, "")
+        if site:
+            lines[at[0]] = f"{key}={site}"
+        else:
+            dropped.add(at[0])
+        notes.append(f"{key}: {ours[hook]} -> {site or '(none)'}")
+    kept = [line for index, line in enumerate(lines) if index not in dropped]
+    return "\n".join(kept) + "\n", notes
+
+
 def _assign(lines: list[str], found: dict[str, tuple[int, str]], key: str, value: str) -> list[str]:
     at = found.get(key.lower())
     new = list(lines)
@@ -103,6 +128,41 @@ def _write_atomically(path: str, content: str, like: os.stat_result | None) -> N
         raise
 
 
+def remove(
+    module: AnsibleModule,
+    p: dict[str, Any],
+    ours: dict[str, str],
+    recorded: dict[str, str],
+    previous: dict[str, Any],
+) -> None:
+    conf_before = conf_after = ""
+    notes: list[str] = []
+    if p["manage_conf"] and os.path.exists(p["conf"]):
+        with open(p["conf"]) as handle:
+            conf_before = handle.read()
+        conf_after, notes = restore(conf_before, ours, recorded)
+    conf_changed = conf_after != conf_before
+    config_exists = os.path.exists(p["hooks_config"])
+    if not module.check_mode:
+        # slurm.conf first: hooks.json must outlive every slurm.conf line that still names our hooks.
+        if conf_changed:
+            _write_atomically(p["conf"], conf_after, os.stat(p["conf"]))
+        if config_exists:
+            os.unlink(p["hooks_config"])
+    module.exit_json(
+        changed=conf_changed or config_exists,
+        conf_changed=conf_changed,
+        site_hooks=recorded if previous else {},
+        notes=notes,
+        diff={
+            "before": conf_before,
+            "after": conf_after,
+            "before_header": p["conf"],
+            "after_header": p["conf"],
+        },
+    )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -111,6 +171,7 @@ def main() -> None:
             "hooks_config": {"type": "path", "required": True},
             "settings": {"type": "dict", "default": {}},
             "manage_conf": {"type": "bool", "default": True},
+            "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
         },
         supports_check_mode=True,
     )
@@ -124,6 +185,8 @@ def main() -> None:
     except ValueError as exc:
         module.fail_json(msg=f"{p['hooks_config']} is not JSON ({exc}): fix or remove it")
     recorded = dict(previous.get("site_hooks", {}))
+    if p["state"] == "absent":
+        remove(module, p, ours, recorded, previous)
 
     conf_before = conf_after = ""
     notes: list[str] = []
