@@ -1,7 +1,7 @@
 # Two commands for a fresh machine (run as root: the lab starts a Docker engine):
-#   make demo   the lab, site.yml on its nodes, then the audit of each node
+#   make demo   the 3-node lab, site.yml on it, each node's audit, the cluster report (summary + HTML)
 #   make test   everything CI runs: venv, lab, linters, pytest, every molecule scenario, lab down
-#   make test-slow   nfs_multivip tier 3 (reboots of a systemd VM under QEMU/TCG, ~20 min), root
+#   make test-slow   nfs_multivip tier 3 (reboots of a systemd VM under QEMU/TCG, ~25 min), root
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
