@@ -77,6 +77,8 @@ def load(paths: Sequence[Path]) -> list[NodeReport]:
                 host, NodeReport(host)
             ).problem = f"crashed: unreadable report {file.name} ({exc})"
             continue
+        if isinstance(data, dict) and "nodes" in data and "results" not in data:
+            continue  # an earlier merged report (cluster.json) in the same directory, not a node
         host = node_name(file)
         node = nodes.setdefault(host, NodeReport(host))
         node.sources.append(file.name)

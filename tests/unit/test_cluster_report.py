@@ -114,3 +114,19 @@ def test_an_outlier_gpu_is_drawn_in_the_outlier_colour(tmp_path: Path) -> None:
 def test_all_healthy_exits_zero(tmp_path: Path) -> None:
     (tmp_path / "a.json").write_text(json.dumps(envelope("a", [result("system.reboot_required", "pass")])))
     assert CliRunner().invoke(app, ["report", str(tmp_path / "a.json")]).exit_code == 0
+
+
+def test_a_merged_report_in_the_same_directory_is_not_a_node(tmp_path: Path) -> None:
+    """audit.yml and bench.yml write cluster.json into the directory they merge: the next run must not
+    read that earlier merge as a node."""
+    reports = write_fleet(tmp_path)
+    first = CliRunner().invoke(app, ["report", str(reports), "--json", str(reports / "cluster.json")])
+    assert first.exit_code == 1, first.output
+    again = CliRunner().invoke(app, ["report", str(reports), "--json", str(reports / "cluster.json")])
+    assert "4 node(s)" in again.output
+    assert [n["host"] for n in json.loads((reports / "cluster.json").read_text())["nodes"]] == [
+        "node1",
+        "node2",
+        "node3",
+        "node4",
+    ]
