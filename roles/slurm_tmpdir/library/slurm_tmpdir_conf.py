@@ -128,13 +128,25 @@ def _write_atomically(path: str, content: str, like: os.stat_result | None) -> N
         raise
 
 
-def remove(
+def _exit(
     module: AnsibleModule,
-    p: dict[str, Any],
-    ours: dict[str, str],
-    recorded: dict[str, str],
-    previous: dict[str, Any],
+    conf: str,
+    before: str,
+    after: str,
+    changed: bool,
+    site_hooks: dict[str, str],
+    notes: list[str],
 ) -> None:
+    module.exit_json(
+        changed=changed,
+        conf_changed=after != before,
+        site_hooks=site_hooks,
+        notes=notes,
+        diff={"before": before, "after": after, "before_header": conf, "after_header": conf},
+    )
+
+
+def remove(module: AnsibleModule, p: dict[str, Any], ours: dict[str, str], recorded: dict[str, str]) -> None:
     conf_before = conf_after = ""
     notes: list[str] = []
     if p["manage_conf"] and os.path.exists(p["conf"]):
@@ -149,18 +161,7 @@ def remove(
             _write_atomically(p["conf"], conf_after, os.stat(p["conf"]))
         if config_exists:
             os.unlink(p["hooks_config"])
-    module.exit_json(
-        changed=conf_changed or config_exists,
-        conf_changed=conf_changed,
-        site_hooks=recorded if previous else {},
-        notes=notes,
-        diff={
-            "before": conf_before,
-            "after": conf_after,
-            "before_header": p["conf"],
-            "after_header": p["conf"],
-        },
-    )
+    _exit(module, p["conf"], conf_before, conf_after, conf_changed or config_exists, recorded, notes)
 
 
 def main() -> None:
@@ -186,7 +187,7 @@ def main() -> None:
         module.fail_json(msg=f"{p['hooks_config']} is not JSON ({exc}): fix or remove it")
     recorded = dict(previous.get("site_hooks", {}))
     if p["state"] == "absent":
-        remove(module, p, ours, recorded, previous)
+        remove(module, p, ours, recorded)
 
     conf_before = conf_after = ""
     notes: list[str] = []
@@ -214,18 +215,7 @@ def main() -> None:
             _write_atomically(p["hooks_config"], config_text, None)
         if conf_changed:
             _write_atomically(p["conf"], conf_after, os.stat(p["conf"]))
-    module.exit_json(
-        changed=config_changed or conf_changed,
-        conf_changed=conf_changed,
-        site_hooks=site_hooks,
-        notes=notes,
-        diff={
-            "before": conf_before,
-            "after": conf_after,
-            "before_header": p["conf"],
-            "after_header": p["conf"],
-        },
-    )
+    _exit(module, p["conf"], conf_before, conf_after, config_changed or conf_changed, site_hooks, notes)
 
 
 if __name__ == "__main__":
