@@ -23,6 +23,14 @@ ubuntu_keyring() {
   echo "$keyring"
 }
 
+PROXY_DETECT="$LAB_DIR/images/apt-proxy-detect"
+
+apt_cache_url() {
+  if apt_cache_up; then
+    echo "http://127.0.0.1:$APT_CACHE_PORT"
+  fi
+}
+
 # build_image RELEASE [VARIANT]: VARIANT (e.g. slurm) adds images/packages-VARIANT.txt and tags
 # the image $LAB_IMAGE_REPO-VARIANT:RELEASE (the Slurm scenario's node has Slurm baked in).
 build_image() {
@@ -37,7 +45,7 @@ build_image() {
     tag="$LAB_IMAGE_REPO-$variant:$release"
   fi
   packages=$(cat "${lists[@]}" | grep -v '^\s*#' | grep -v '^\s*$' | paste -sd, -)
-  inputs_hash=$(cat "${lists[@]}" "$0" <(echo "$release") | sha256sum | cut -c1-16)
+  inputs_hash=$(cat "${lists[@]}" "$0" "$PROXY_DETECT" <(echo "$release") | sha256sum | cut -c1-16)
   current=$(docker image inspect -f '{{ index .Config.Labels "org.dltune.lab.inputs" }}' "$tag" 2>/dev/null || true)
   if [ "$current" = "$inputs_hash" ]; then
     log "image $tag is up to date ($inputs_hash)"
@@ -50,10 +58,18 @@ build_image() {
     log "building $tag ($codename) with: $packages"
     # Build to a file first: a failed mmdebstrap piped into `docker import` would leave an empty image.
     rm -f "$BUILD_DIR/images/$name-"*.tar*
-    mmdebstrap --variant=apt --format=tar --components=main,restricted,universe --include="$packages" \
+    # Through the lab's apt cache when it runs (apt on the host reads http_proxy); the image itself
+    # gets only the auto-detect hook, which falls back to a direct connection.
+    local proxy
+    proxy=$(apt_cache_url)
+    env ${proxy:+http_proxy=$proxy} \
+      mmdebstrap --variant=apt --format=tar --components=main,restricted,universe --include="$packages" \
       --keyring="$keyring" --aptopt='Acquire::Retries "3"' \
       --customize-hook='echo lab-node > "$1/etc/hostname"' \
       --customize-hook='rm -f "$1/etc/machine-id"; touch "$1/etc/machine-id"' \
+      --customize-hook="install -D -m 0755 '$PROXY_DETECT' \"\$1/usr/local/lib/dltune-lab/apt-proxy-detect\"" \
+      --customize-hook='echo "Acquire::http::Proxy-Auto-Detect \"/usr/local/lib/dltune-lab/apt-proxy-detect\";" \
+        > "$1/etc/apt/apt.conf.d/01dltune-lab-proxy"' \
       "$codename" "$tar.partial" \
       "deb $UBUNTU_MIRROR $codename main restricted universe" \
       "deb $UBUNTU_MIRROR $codename-updates main restricted universe" \

@@ -3,6 +3,7 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 timed bash "$LAB_DIR/docker-up.sh"
+timed bash "$LAB_DIR/apt-cache.sh"
 timed bash "$LAB_DIR/images.sh"
 timed bash "$LAB_DIR/wheelhouse.sh"
 # CI brings the nodes up only after molecule: their loop disks and molecule's share 8 loop devices.

@@ -9,6 +9,8 @@ LAB_STATE="${DLTUNE_LAB_STATE:-/var/tmp/dltune-lab}"
 LAB_IMAGE_REPO="${DLTUNE_LAB_IMAGE_REPO:-dltune-lab/ubuntu}"
 LAB_RELEASES="${DLTUNE_LAB_RELEASES:-22.04 24.04}"
 UBUNTU_MIRROR="${DLTUNE_UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}"
+APT_CACHE_PORT="${DLTUNE_LAB_APT_CACHE_PORT:-3142}"
+APT_CACHE_DIR="${DLTUNE_LAB_APT_CACHE_DIR:-/var/cache/apt-cacher-ng}"
 mkdir -p "$LAB_STATE" "$BUILD_DIR"
 
 log() { printf '[lab] %s\n' "$*" >&2; }
@@ -28,6 +30,11 @@ codename_of() {
     24.04) echo noble ;;
     *) die "unknown Ubuntu release $1 (known: 22.04 24.04)" ;;
   esac
+}
+
+# apt-cacher-ng answers its root URL with a "406 Usage Information" page naming itself.
+apt_cache_up() {
+  curl -s --max-time 2 "http://127.0.0.1:$APT_CACHE_PORT/" 2>/dev/null | grep -q "Apt-Cacher NG"
 }
 
 need_root() { [ "$(id -u)" = 0 ] || die "the lab needs root (Docker engine, loop devices, namespaces)"; }
