@@ -94,6 +94,48 @@ def test_site_converges_idempotently_and_nodes_audit_clean(lab: None) -> None:
         options = docker_exec(node, "findmnt", "-n", "-o", "OPTIONS", "/data")
         assert "noatime" in options.split(","), options
         assert re.search(r"^UUID=\S+\s+/data\s", docker_exec(node, "cat", "/etc/fstab"), re.M)
+        # Slurm nodes of the lab's cluster: slurm_tmpdir's hooks are in slurm.conf and in place; a
+        # job's $SLURM_TMPDIR is judged inside a job (next test), never passed outside one.
+        assert results["staging.slurm_hooks"]["status"] == "pass", results["staging.slurm_hooks"]
+        outside = results["staging.slurm_tmpdir"]
+        assert outside["status"] == "skip" and "not inside a Slurm job" in outside["summary"], outside
+
+
+def test_a_job_over_every_lab_node_gets_a_private_node_local_tmpdir(lab: None) -> None:
+    """A 3-node job as an ordinary user on the lab's Slurm after site.yml: each task sees a
+    $SLURM_TMPDIR on its own node, owned by the user, mode 0700, with the node-wide cuBLAS setting,
+    and the audit run inside the job passes it; the Epilog removes each node's directory after the job."""
+    audit = (
+        "/usr/local/bin/dltune audit --only staging --format json | /usr/bin/python3 -c "
+        '\'import json, sys; print(*[r["status"] for r in json.load(sys.stdin)["results"]'
+        ' if r["id"] == "staging.slurm_tmpdir"])\''
+    )
+    script = (
+        'echo "$(hostname) $SLURM_TMPDIR $(stat -c %U:%a "$SLURM_TMPDIR") $CUBLAS_WORKSPACE_CONFIG'
+        f' $({audit})"'
+    )
+    srun = ["srun", "--export=NONE", f"--nodes={len(NODES)}", "--ntasks-per-node=1", "/bin/sh", "-c", script]
+    job = subprocess.run(
+        ["docker", "exec", NODES[0], "runuser", "-u", "alice", "--", *srun],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert job.returncode == 0, job.stderr
+    rows = sorted(line.split() for line in job.stdout.splitlines())
+    assert [row[0] for row in rows] == list(NODES), job.stdout
+    for host, tmpdir, owner_mode, cublas, audited in rows:
+        assert re.fullmatch(r"/localscratch/alice\.\d+", tmpdir), tmpdir
+        assert owner_mode == "alice:700" and cublas == ":4096:8", (host, owner_mode, cublas)
+        assert audited == "pass", f"{host}: staging.slurm_tmpdir inside the job: {audited}"
+    for host, tmpdir, *_ in rows:
+        for _ in range(60):
+            if subprocess.run(["docker", "exec", host, "test", "-e", tmpdir], check=False).returncode:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"{host}: {tmpdir} is still there 30 s after the job")
 
 
 def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -11,6 +11,13 @@ if [ -s "$LAB_STATE/containers" ] && docker info >/dev/null 2>&1; then
 fi
 rm -f "$LAB_STATE/containers"
 
+if [ -s "$LAB_STATE/networks" ] && docker info >/dev/null 2>&1; then
+  sort -u "$LAB_STATE/networks" | while read -r network; do
+    docker network rm "$network" >/dev/null 2>&1 && log "removed network $network" || true
+  done
+fi
+rm -f "$LAB_STATE/networks"
+
 if [ -s "$LAB_STATE/loops" ]; then
   sort -u "$LAB_STATE/loops" | while read -r loop backing; do
     # Detach only if the device still points at the file the lab attached.
@@ -20,6 +27,14 @@ if [ -s "$LAB_STATE/loops" ]; then
   done
 fi
 rm -f "$LAB_STATE/loops"
+
+if [ -s "$LAB_STATE/apt-cacher-ng.started" ]; then
+  pid=$(cat "$LAB_STATE/apt-cacher-ng.started")
+  if kill -0 "$pid" 2>/dev/null && [ "$(cat /proc/"$pid"/comm)" = apt-cacher-ng ]; then
+    kill "$pid" && log "stopped apt-cacher-ng (pid $pid; its cache stays in $APT_CACHE_DIR)"
+  fi
+  rm -f "$LAB_STATE/apt-cacher-ng.started"
+fi
 
 if [ -s "$LAB_STATE/dockerd.started" ]; then
   pid=$(cat "$LAB_STATE/dockerd.started")

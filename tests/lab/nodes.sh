@@ -5,7 +5,10 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 LAB_NODES="${DLTUNE_LAB_NODES:-dltune-lab-node1 dltune-lab-node2 dltune-lab-node3}"
-LAB_NODE_RELEASE="${DLTUNE_LAB_NODE_RELEASE:-22.04}"
+# Slurm nodes of one cluster (tests/lab/slurm.sh): one Ubuntu release, the image with Slurm baked in.
+LAB_NODE_IMAGE="${DLTUNE_LAB_NODE_IMAGE:-$LAB_IMAGE_REPO-slurm:22.04}"
+# A network of the lab's own: Docker's DNS resolves node names there (Slurm needs them).
+LAB_NETWORK="${DLTUNE_LAB_NETWORK:-dltune-lab}"
 # Each node gets a blank loop-device data disk, linked as /dev/disk/by-id/dltune-lab-data inside it
 # (inventory/lab.yml hands it to data_disks). Loop devices are host-global and few (8): 0 = none.
 LAB_DATA_DISKS="${DLTUNE_LAB_DATA_DISKS:-1}"
@@ -26,6 +29,11 @@ attach_blank_disk() {
   log "node $1: data disk $loop ($image)"
 }
 
+if ! docker network inspect "$LAB_NETWORK" >/dev/null 2>&1; then
+  docker network create --label org.dltune.lab=network "$LAB_NETWORK" >/dev/null
+  echo "$LAB_NETWORK" >> "$LAB_STATE/networks"
+fi
+
 for node in $LAB_NODES; do
   state=$(docker inspect -f '{{.State.Status}}' "$node" 2>/dev/null || true)
   if [ "$state" = running ]; then
@@ -35,11 +43,11 @@ for node in $LAB_NODES; do
   [ -n "$state" ] && docker rm -f "$node" >/dev/null
   # A new node starts with a blank disk, attached before the container so its /dev has the device.
   [ "$LAB_DATA_DISKS" = 1 ] && attach_blank_disk "$node"
-  docker run -d --name "$node" --hostname "$node" --privileged \
+  docker run -d --name "$node" --hostname "$node" --network "$LAB_NETWORK" --privileged \
     --tmpfs /run --tmpfs /run/lock --stop-signal SIGRTMIN+3 \
-    --label org.dltune.lab=node "$LAB_IMAGE_REPO:$LAB_NODE_RELEASE" >/dev/null
+    --label org.dltune.lab=node "$LAB_NODE_IMAGE" >/dev/null
   echo "$node" >> "$LAB_STATE/containers"
-  log "started node $node ($LAB_NODE_RELEASE)"
+  log "started node $node ($LAB_NODE_IMAGE)"
 done
 # GPU-node stand-ins: the fake NVML library (tests/fakenvml) and a healthy 4-GPU scenario, so the
 # audit's driver and gpu areas run their real pynvml path on the lab nodes (labelled as fake).
@@ -67,3 +75,5 @@ for node in $LAB_NODES; do
   done
   log "node $node: systemd $state"
 done
+
+bash "$LAB_DIR/slurm.sh" "$LAB_NODES"
