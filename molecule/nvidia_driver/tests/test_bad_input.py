@@ -32,6 +32,12 @@ def refused(host: Any, extra_vars: dict[str, Any], named: str) -> None:
         ({"nvidia_driver_branch": "580-server"}, "nvidia_driver_branch=580-server is invalid"),
         ({"nvidia_driver_open": "maybe"}, "nvidia_driver_open=maybe"),
         ({"nvidia_driver_reboot_timeout": 0}, "nvidia_driver_reboot_timeout=0"),
+        (
+            {"nvidia_driver_reboot_allowed": True, "nvidia_driver_slurm_reboot": True},
+            "nvidia_driver_reboot_allowed and nvidia_driver_slurm_reboot are both true",
+        ),
+        # No Slurm on this node: a Slurm reboot cannot be asked for.
+        ({"nvidia_driver_slurm_reboot": True}, "nvidia_driver_slurm_reboot=true, but scontrol cannot reach"),
     ],
 )
 def test_bad_values_are_refused_before_any_change(host: Any, extra_vars: dict[str, Any], named: str) -> None:
