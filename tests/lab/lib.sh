@@ -9,7 +9,8 @@ LAB_STATE="${DLTUNE_LAB_STATE:-/var/tmp/dltune-lab}"
 LAB_IMAGE_REPO="${DLTUNE_LAB_IMAGE_REPO:-dltune-lab/ubuntu}"
 LAB_RELEASES="${DLTUNE_LAB_RELEASES:-22.04 24.04}"
 UBUNTU_MIRROR="${DLTUNE_UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}"
-APT_CACHE_PORT="${DLTUNE_LAB_APT_CACHE_PORT:-3142}"
+# Fixed, not configurable: the lab images look for the cache on this port (images/apt-proxy-detect).
+APT_CACHE_PORT=3142
 APT_CACHE_DIR="${DLTUNE_LAB_APT_CACHE_DIR:-/var/cache/apt-cacher-ng}"
 mkdir -p "$LAB_STATE" "$BUILD_DIR"
 
