@@ -263,6 +263,14 @@ def bench(
         bool, typer.Option("--data-parallel/--no-data-parallel", help="torchrun over all devices.")
     ] = True,
     compile_step: Annotated[bool, typer.Option("--compile", help="Also measure torch.compile.")] = False,
+    multi_node: Annotated[
+        bool,
+        typer.Option(
+            "--multi-node",
+            help="Only data-parallel training across the nodes of this Slurm job step "
+            "(srun --nodes=N --ntasks-per-node=1); the first node prints the results.",
+        ),
+    ] = False,
     output: Annotated[
         BenchFormat, typer.Option("--format", help="Output format on stdout.")
     ] = BenchFormat.human,
@@ -270,7 +278,7 @@ def bench(
     """Short benchmark of this node's GPUs (or CPU): matmul and memory vs spec, training throughput,
     input-pipeline gap, determinism, data-parallel. Exit 0 ok, 1 a fail, 2 usage/error."""
     from dltune.bench.measure import BenchError
-    from dltune.bench.run import Options, run_bench
+    from dltune.bench.run import Options, run_bench, run_multi_node
 
     if device not in (None, "cpu", "cuda"):
         raise typer.BadParameter(f"{device}: give cpu or cuda", param_hint="--device")
@@ -294,15 +302,22 @@ def bench(
         data_parallel=data_parallel,
         compile=compile_step,
     )
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # messages whole in job logs, not folded at 80
     start = datetime.now(timezone.utc)
     with Progress(TextColumn("bench: {task.description}"), BarColumn(), console=err, transient=True) as bar:
         task = bar.add_task("starting", total=None)
         try:
-            results = run_bench(options, lambda name: bar.update(task, description=name))
+            if multi_node:
+                found = run_multi_node(options, lambda name: bar.update(task, description=name))
+            else:
+                found = run_bench(options, lambda name: bar.update(task, description=name))
         except BenchError as exc:
             err.print(f"dltune bench: {exc}")
             raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
+    if found is None:  # another node of a multi-node run: the first node reports for all
+        err.print(f"dltune bench: {socket.gethostname()} took part; the step's first node reports")
+        raise typer.Exit(0)
+    results = found
     now = datetime.now(timezone.utc)
     err.print(f"dltune bench: {len(results)} results in {(now - start).total_seconds():.1f}s")
     host = socket.gethostname()

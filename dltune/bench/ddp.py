@@ -1,11 +1,14 @@
-"""One data-parallel worker, started by torchrun (one process per GPU; gloo processes on CPU):
-all-reduce bandwidth, then data-parallel training throughput. Rank 0 writes the numbers as JSON."""
+"""One data-parallel worker, started by torchrun (one process per GPU; gloo processes on CPU), on one
+node or on every node of a Slurm job step: all-reduce bandwidth, then data-parallel training
+throughput (with --baseline, each process first trains alone for the scaling figure). Rank 0 writes
+the numbers, and the hosts the ranks ran on, as JSON."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import socket
 import time
 
 
@@ -20,6 +23,7 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--baseline", action="store_true", help="Train alone first (scaling baseline).")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -34,6 +38,8 @@ def main() -> None:
     device = f"cuda:{local}" if args.device == "cuda" else "cpu"
     if args.device == "cuda":
         torch.cuda.set_device(local)
+    hosts: list[object] = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
     tensor = torch.ones((args.megabytes << 20) // 4, dtype=torch.float32, device=device)
     for _ in range(2):
         dist.all_reduce(tensor)
@@ -49,16 +55,13 @@ def main() -> None:
         ids = [local] if args.device == "cuda" else None
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
-    run = train(
-        torch,
-        device,
-        args.model,
-        batch=args.batch,
-        steps=args.steps,
-        warmup=args.warmup,
-        image_size=args.image_size,
-        wrap=wrap,
-    )
+    sizes = {"batch": args.batch, "steps": args.steps, "warmup": args.warmup, "image_size": args.image_size}
+    baseline = torch.zeros(1, dtype=torch.float64, device=device)
+    if args.baseline:
+        baseline += train(torch, device, args.model, **sizes).images_per_s
+        dist.all_reduce(baseline)
+        dist.barrier()
+    run = train(torch, device, args.model, wrap=wrap, **sizes)
     total = torch.tensor([run.images_per_s], dtype=torch.float64, device=device)
     dist.all_reduce(total)
     if rank == 0:
@@ -70,6 +73,8 @@ def main() -> None:
                     "bytes": tensor.numel() * 4,
                     "seconds": seconds,
                     "images_per_s_total": float(total.item()),
+                    "baseline_images_per_s": float(baseline.item()) / world if args.baseline else None,
+                    "hosts": hosts,
                 },
                 handle,
             )

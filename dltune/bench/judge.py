@@ -250,33 +250,52 @@ def judge_determinism(
 
 
 def judge_allreduce(
-    world: int, backend: str, size_bytes: int, seconds: float, scaling: float | None
+    world: int,
+    backend: str,
+    size_bytes: int,
+    seconds: float,
+    scaling: float | None,
+    hosts: list[str] | None = None,
 ) -> list[Result]:
+    """All-reduce bandwidth and data-parallel scaling; `hosts` (each rank's host) for a multi-node run."""
     algbw = size_bytes / seconds / 1e9
     busbw = algbw * 2 * (world - 1) / world
+    nodes = sorted(set(hosts)) if hosts else []
+    where = f" on {len(nodes)} nodes ({', '.join(nodes)})" if hosts else ""
+    evidence: dict[str, object] = {"world_size": world, "bytes": size_bytes, "seconds": seconds}
+    if hosts:
+        evidence["hosts"] = hosts
     results = [
         Result(
             "bench.allreduce",
             Status.PASS,
-            f"{backend} all-reduce over {world} processes, {size_bytes / 1e6:.0f} MB: "
+            f"{backend} all-reduce over {world} processes{where}, {size_bytes / 1e6:.0f} MB: "
             f"algbw {algbw:.2f} GB/s, "
             f"busbw {busbw:.2f} GB/s",
             subject=backend,
-            evidence={"world_size": world, "bytes": size_bytes, "seconds": seconds},
+            evidence=evidence,
             metrics={"algbw_gb_s": algbw, "busbw_gb_s": busbw},
         )
     ]
     if scaling is not None:
+        cpu_note = (
+            " (gloo on CPU: proves the nodes train together, not a GPU figure)"
+            if hosts
+            else " (CPU processes share the same cores: not a GPU figure)"
+        )
         results.append(
             Result(
                 "bench.scaling",
                 Status.PASS if scaling >= 0.8 or backend == "gloo" else Status.WARN,
-                f"data-parallel scaling 1 -> {world}: {scaling:.0%} efficiency"
-                + (" (CPU processes share the same cores: not a GPU figure)" if backend == "gloo" else ""),
+                f"data-parallel scaling 1 -> {world}{where}: {scaling:.0%} efficiency"
+                + (cpu_note if backend == "gloo" else ""),
                 subject=backend,
                 metrics={"efficiency": scaling},
                 remedy=None
                 if scaling >= 0.8 or backend == "gloo"
+                else "check the network between the nodes (InfiniBand/RoCE, GPUDirect RDMA) and NCCL "
+                "settings (NCCL_DEBUG=INFO)"
+                if hosts
                 else "check NVLink/PCIe topology (nvidia-smi topo -m) and NCCL settings",
             )
         )

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,11 +84,24 @@ def _dataset_dir(data: Path | None, scratch: Path) -> tuple[Path, str]:
     return root, f"{data} (extracted to {root})"
 
 
-def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
+def _import_torch() -> Any:
     try:
         import torch
     except ImportError as exc:
         raise BenchError("dltune bench needs PyTorch: pip install 'dltune[bench]'") from exc
+    return torch
+
+
+def _torchrun_env(devices: list[str]) -> dict[str, str]:
+    """The environment of torchrun's workers: only the selected GPUs visible."""
+    env = dict(os.environ)
+    if devices != ["cpu"]:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(d.split(":")[1] for d in devices)
+    return env
+
+
+def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
+    torch = _import_torch()
     from dltune.bench import measure
 
     devices = measure.select_devices(torch, opts.device, opts.gpus)
@@ -262,21 +275,21 @@ def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
     return results
 
 
-def data_parallel(devices: list[str], size: dict[str, Any], single_images_per_s: float) -> list[Result]:
-    """torchrun with one process per GPU (NCCL), or two gloo processes on CPU."""
-    on_cpu = devices == ["cpu"]
-    world = 2 if on_cpu else len(devices)
-    if world < 2:
-        return [Result("bench.allreduce", Status.SKIP, "one GPU: no data-parallel to measure")]
-    backend = "gloo" if on_cpu else "nccl"
+def _torchrun(
+    placement: list[str], backend: str, size: dict[str, Any], *, baseline: bool, env: dict[str, str]
+) -> tuple[dict[str, Any] | None, Result | None]:
+    """Run dltune.bench.ddp under torchrun with `placement` (its node/process options). Returns rank 0's
+    numbers (None on the other nodes of a multi-node run), or the error as a Result."""
+    on_cpu = backend == "gloo"
     with tempfile.TemporaryDirectory(prefix="dltune-ddp-") as scratch:
         out = Path(scratch) / "ddp.json"
         argv = [
             sys.executable,
             "-m",
             "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={world}",
+            # Its per-run log directory in the scratch too: by default a torchelastic_* left in /tmp.
+            f"--log_dir={Path(scratch) / 'logs'}",
+            *placement,
             "-m",
             "dltune.bench.ddp",
             "--backend",
@@ -295,25 +308,139 @@ def data_parallel(devices: list[str], size: dict[str, Any], single_images_per_s:
             str(size["warmup"]),
             "--out",
             str(out),
+            *(["--baseline"] if baseline else []),
         ]
-        env = dict(os.environ)
-        if not on_cpu:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(d.split(":")[1] for d in devices)
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
-        if done.returncode != 0 or not out.exists():
-            return [
-                Result(
-                    "bench.allreduce",
-                    Status.ERROR,
-                    "the data-parallel run failed",
-                    evidence={"stderr": done.stderr[-2000:]},
-                    remedy="see the evidence (torchrun's stderr)",
-                )
-            ]
-        numbers = json.loads(out.read_text())
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+            failed, stderr = done.returncode != 0, done.stderr
+        except subprocess.TimeoutExpired as exc:  # e.g. a peer node that never joined
+            partial = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+            failed, stderr = True, f"torchrun timed out after {exc.timeout:.0f} s: {partial or ''}"
+        if failed:
+            return None, Result(
+                "bench.allreduce",
+                Status.ERROR,
+                "the data-parallel run failed",
+                evidence={"stderr": str(stderr)[-2000:]},
+                remedy="see the evidence (torchrun's stderr)",
+            )
+        return (json.loads(out.read_text()) if out.exists() else None), None
+
+
+def data_parallel(devices: list[str], size: dict[str, Any], single_images_per_s: float) -> list[Result]:
+    """torchrun with one process per GPU (NCCL), or two gloo processes on CPU."""
+    on_cpu = devices == ["cpu"]
+    world = 2 if on_cpu else len(devices)
+    if world < 2:
+        return [Result("bench.allreduce", Status.SKIP, "one GPU: no data-parallel to measure")]
+    backend = "gloo" if on_cpu else "nccl"
+    env = _torchrun_env(devices)
+    numbers, error = _torchrun(
+        ["--standalone", f"--nproc_per_node={world}"], backend, size, baseline=False, env=env
+    )
+    if error is not None or numbers is None:
+        return [error or Result("bench.allreduce", Status.ERROR, "torchrun wrote no results")]
     # Scaling: n processes' total against n times one process (the synthetic run above).
     scaling = numbers["images_per_s_total"] / (world * single_images_per_s) if single_images_per_s else None
     if on_cpu:
         # The CPU processes split one set of cores: compare with the one process that had them all.
         scaling = numbers["images_per_s_total"] / single_images_per_s if single_images_per_s else None
     return judge.judge_allreduce(world, backend, numbers["bytes"], numbers["seconds"], scaling)
+
+
+@dataclass(frozen=True)
+class SlurmStep:
+    """Where this task sits in a Slurm job step of one task per node."""
+
+    job_id: str
+    hosts: list[str]  # the step's nodes, in Slurm's order
+    node_rank: int
+
+    @property
+    def leader(self) -> str:
+        return self.hosts[0]
+
+    @property
+    def port(self) -> int:
+        # One port per job, the same on every node, away from torchrun's default 29500.
+        return 29600 + int(self.job_id) % 1000
+
+
+STEP_VARIABLES = ("SLURM_JOB_ID", "SLURMD_NODENAME", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_TASKS")
+
+
+def slurm_step(env: Mapping[str, str], expand: Callable[[str], list[str]]) -> SlurmStep:
+    """This task's place in the srun step, from the variables srun sets; `expand` turns a Slurm
+    nodelist (node[1-3]) into host names. BenchError when not under srun with one task per node."""
+    missing = [name for name in STEP_VARIABLES if not env.get(name)]
+    if missing:
+        raise BenchError(
+            f"--multi-node runs as the tasks of a Slurm job step ({', '.join(missing)} not set): "
+            "srun --nodes=N --ntasks-per-node=1 dltune bench --multi-node"
+        )
+    hosts = expand(env["SLURM_STEP_NODELIST"])
+    tasks = int(env["SLURM_STEP_NUM_TASKS"])
+    if tasks != len(hosts):
+        raise BenchError(
+            f"--multi-node wants one task per node: this step has {tasks} tasks on {len(hosts)} node(s) "
+            "(srun --ntasks-per-node=1)"
+        )
+    if len(hosts) < 2:
+        raise BenchError("--multi-node needs a step over two nodes or more (srun --nodes=2 ...)")
+    me = env["SLURMD_NODENAME"]
+    if me not in hosts:
+        raise BenchError(f"SLURMD_NODENAME={me} is not in SLURM_STEP_NODELIST={env['SLURM_STEP_NODELIST']}")
+    return SlurmStep(job_id=env["SLURM_JOB_ID"], hosts=hosts, node_rank=hosts.index(me))
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    done = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise BenchError(f"scontrol show hostnames {nodelist}: {done.stderr.strip()}")
+    return done.stdout.split()
+
+
+def run_multi_node(opts: Options, step: Step = lambda _s: None) -> list[Result] | None:
+    """Data-parallel training over every node of the current srun step (one task per node, each
+    starting torchrun for its GPUs, or one gloo process on CPU). The first node returns the Results;
+    the others return None once their part has finished."""
+    slurm = slurm_step(os.environ, expand_nodelist)
+    torch = _import_torch()
+    from dltune.bench import measure
+
+    devices = measure.select_devices(torch, opts.device, opts.gpus)
+    on_cpu = devices == ["cpu"]
+    size = opts.sized(on_cpu)
+    backend = "gloo" if on_cpu else "nccl"
+    env = _torchrun_env(devices)
+    step(f"data-parallel over {len(slurm.hosts)} nodes (this is node {slurm.node_rank})")
+    placement = [
+        f"--nnodes={len(slurm.hosts)}",
+        f"--node_rank={slurm.node_rank}",
+        f"--nproc_per_node={1 if on_cpu else len(devices)}",
+        f"--master_addr={slurm.leader}",
+        f"--master_port={slurm.port}",
+    ]
+    numbers, error = _torchrun(placement, backend, size, baseline=True, env=env)
+    if error is not None:
+        return [
+            Result(
+                error.id,
+                error.status,
+                f"the data-parallel run over {', '.join(slurm.hosts)} failed on "
+                f"{slurm.hosts[slurm.node_rank]}",
+                evidence=error.evidence,
+                remedy=error.remedy,
+            )
+        ]
+    if slurm.node_rank != 0:
+        return None
+    if numbers is None:
+        return [Result("bench.allreduce", Status.ERROR, "torchrun wrote no results on the first node")]
+    world, baseline = numbers["world"], numbers["baseline_images_per_s"]
+    scaling = numbers["images_per_s_total"] / (world * baseline) if baseline else None
+    return judge.judge_allreduce(
+        world, backend, numbers["bytes"], numbers["seconds"], scaling, hosts=numbers["hosts"]
+    )

@@ -138,6 +138,91 @@ def test_a_job_over_every_lab_node_gets_a_private_node_local_tmpdir(lab: None) -
             pytest.fail(f"{host}: {tmpdir} is still there 30 s after the job")
 
 
+def srun_as_alice(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", "exec", NODES[0], "runuser", "-u", "alice", "--", "srun", "--chdir=/tmp", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+
+
+def test_a_data_parallel_bench_spans_two_lab_nodes_through_slurm(lab: None) -> None:
+    """`dltune bench --multi-node` as one srun task per node: torchrun on each node joins one gloo
+    group across both nodes (real PyTorch, the controller's, mounted by tests/lab/torch-env.sh), the
+    ranks run on both hosts, and only the first node prints the results. CPU processes stand in for
+    GPUs (no GPU here), so the scaling figure is labelled as not a GPU figure."""
+    bench = ["/opt/dltune-bench/bin/dltune", "bench", "--multi-node", "--device", "cpu", "--format", "json"]
+    job = srun_as_alice("--nodes=2", "--ntasks-per-node=1", f"--nodelist={NODES[0]},{NODES[1]}", *bench)
+    assert job.returncode == 0, job.stderr[-3000:]
+    report = json.loads(job.stdout)  # one document: the second node printed nothing
+    assert report["host"] == NODES[0]
+    results = {r["id"]: r for r in report["results"]}
+    allreduce = results["bench.allreduce"]
+    assert allreduce["status"] == "pass", allreduce
+    assert allreduce["evidence"]["world_size"] == 2
+    assert sorted(allreduce["evidence"]["hosts"]) == [NODES[0], NODES[1]], allreduce["evidence"]
+    assert f"on 2 nodes ({NODES[0]}, {NODES[1]})" in allreduce["summary"]
+    assert allreduce["metrics"]["algbw_gb_s"] > 0
+    scaling = results["bench.scaling"]
+    assert scaling["metrics"]["efficiency"] > 0 and "not a GPU figure" in scaling["summary"], scaling
+    assert f"{NODES[1]} took part" in job.stderr
+
+
+def test_a_multi_node_bench_with_two_tasks_on_one_node_is_refused(lab: None) -> None:
+    """The misuse is named with the srun option that fixes it, before PyTorch starts."""
+    job = srun_as_alice(
+        "--nodes=1", "--ntasks=2", "/opt/dltune-bench/bin/dltune", "bench", "--multi-node", timeout=120
+    )
+    assert job.returncode != 0
+    assert "2 tasks on 1 node(s)" in job.stderr and "--ntasks-per-node=1" in job.stderr, job.stderr
+
+
+def slurm_node(node: str) -> tuple[str, str]:
+    """(State, Reason) of a node, as the controller has them."""
+    shown = docker_exec(NODES[0], "scontrol", "show", "node", "-o", node)
+    state = re.search(r"\bState=(\S+)", shown)
+    reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", shown.strip())
+    return (state.group(1) if state else "", reason.group(1) if reason else "")
+
+
+def wait_for_slurm_node(node: str, drained: bool, timeout: float = 30) -> tuple[str, str]:
+    deadline = time.monotonic() + timeout
+    while ("DRAIN" in slurm_node(node)[0]) != drained:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{node} is not {'drained' if drained else 'in service'}: {slurm_node(node)}")
+        time.sleep(0.5)
+    return slurm_node(node)
+
+
+def test_slurm_drain_takes_only_the_node_with_a_failing_gpu_out_of_service(lab: None) -> None:
+    """`dltune audit --slurm-drain` on every node of the lab's Slurm, as root, as a health hook runs
+    it: uncorrected ECC errors on one GPU of node3 (the fake NVML of that node: a GPU fault cannot be
+    caused here) drain node3, and only node3, with the failing check as the reason; the other nodes
+    stay in service. Once the GPU is healthy again, the next run resumes node3."""
+    scenario = "/etc/dltune-lab/nvml-scenario.conf"
+    audit = ["dltune", "audit", "--only", "gpu", "--slurm-drain", "--format", "json"]
+    broken = NODES[2]
+    docker_exec(broken, "cp", scenario, f"{scenario}.healthy")
+    try:
+        docker_exec(broken, "sh", "-c", f"echo gpu2.ecc_uncorrected=4 >> {scenario}")
+        for node in NODES:
+            done = subprocess.run(
+                ["docker", "exec", node, *audit], capture_output=True, text=True, check=False
+            )
+            assert done.returncode == (1 if node == broken else 0), (node, done.stderr)
+        state, reason = wait_for_slurm_node(broken, drained=True)
+        assert reason == "dltune: gpu.ecc", (state, reason)
+        for node in NODES[:2]:
+            assert "DRAIN" not in slurm_node(node)[0], (node, slurm_node(node))
+    finally:
+        docker_exec(broken, "mv", f"{scenario}.healthy", scenario)
+    healed = subprocess.run(["docker", "exec", broken, *audit], capture_output=True, text=True, check=False)
+    assert healed.returncode == 0 and "resumed" in healed.stderr, healed.stderr
+    wait_for_slurm_node(broken, drained=False)
+
+
 def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """playbooks/audit.yml fetches each node's audit and merges them with `dltune report`; a node in the
     inventory that does not exist is in the report as unreachable, not dropped."""

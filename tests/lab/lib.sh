@@ -39,3 +39,13 @@ apt_cache_up() {
 }
 
 need_root() { [ "$(id -u)" = 0 ] || die "the lab needs root (Docker engine, loop devices, namespaces)"; }
+
+# Where lab nodes see the controller venv's site-packages (PyTorch), read-only (torch-env.sh).
+LAB_TORCH_SITE=/opt/dltune-lab/torch-site
+# The base Python of the repo's venv when that venv has PyTorch: nodes mount it at the same path.
+lab_torch_python_base() {
+  local py="$REPO_ROOT/.venv/bin/python"
+  [ -x "$py" ] && "$py" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null \
+    && "$py" -c 'import sys; print(sys.base_prefix)'
+}
+lab_torch_site() { "$REPO_ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }

@@ -29,6 +29,12 @@ attach_blank_disk() {
   log "node $1: data disk $loop ($image)"
 }
 
+# The controller venv's PyTorch, read-only, for each node's bench environment (torch-env.sh).
+torch_mounts=()
+if torch_base=$(lab_torch_python_base); then
+  torch_mounts=(--volume "$torch_base:$torch_base:ro" --volume "$(lab_torch_site):$LAB_TORCH_SITE:ro")
+fi
+
 if ! docker network inspect "$LAB_NETWORK" >/dev/null 2>&1; then
   docker network create --label org.dltune.lab=network "$LAB_NETWORK" >/dev/null
   echo "$LAB_NETWORK" >> "$LAB_STATE/networks"
@@ -44,7 +50,7 @@ for node in $LAB_NODES; do
   # A new node starts with a blank disk, attached before the container so its /dev has the device.
   [ "$LAB_DATA_DISKS" = 1 ] && attach_blank_disk "$node"
   docker run -d --name "$node" --hostname "$node" --network "$LAB_NETWORK" --privileged \
-    --tmpfs /run --tmpfs /run/lock --stop-signal SIGRTMIN+3 \
+    --tmpfs /run --tmpfs /run/lock --stop-signal SIGRTMIN+3 "${torch_mounts[@]}" \
     --label org.dltune.lab=node "$LAB_NODE_IMAGE" >/dev/null
   echo "$node" >> "$LAB_STATE/containers"
   log "started node $node ($LAB_NODE_IMAGE)"
@@ -77,3 +83,4 @@ for node in $LAB_NODES; do
 done
 
 bash "$LAB_DIR/slurm.sh" "$LAB_NODES"
+bash "$LAB_DIR/torch-env.sh" "$LAB_NODES"
