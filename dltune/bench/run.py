@@ -92,11 +92,14 @@ def _import_torch() -> Any:
     return torch
 
 
-def _torchrun_env(devices: list[str]) -> dict[str, str]:
-    """The environment of torchrun's workers: only the selected GPUs visible."""
-    env = dict(os.environ)
+def torchrun_env(devices: list[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of torchrun's workers: only the selected GPUs visible. PyTorch numbers the GPUs
+    it was given (Slurm's CUDA_VISIBLE_DEVICES=2,3 are its cuda:0 and cuda:1): map back through it."""
+    env = dict(environ)
     if devices != ["cpu"]:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(d.split(":")[1] for d in devices)
+        given = [v.strip() for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        indices = [int(d.split(":")[1]) for d in devices]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(given[i] if given else str(i) for i in indices)
     return env
 
 
@@ -334,7 +337,7 @@ def data_parallel(devices: list[str], size: dict[str, Any], single_images_per_s:
     if world < 2:
         return [Result("bench.allreduce", Status.SKIP, "one GPU: no data-parallel to measure")]
     backend = "gloo" if on_cpu else "nccl"
-    env = _torchrun_env(devices)
+    env = torchrun_env(devices, os.environ)
     numbers, error = _torchrun(
         ["--standalone", f"--nproc_per_node={world}"], backend, size, baseline=False, env=env
     )
@@ -414,7 +417,7 @@ def run_multi_node(opts: Options, step: Step = lambda _s: None) -> list[Result] 
     on_cpu = devices == ["cpu"]
     size = opts.sized(on_cpu)
     backend = "gloo" if on_cpu else "nccl"
-    env = _torchrun_env(devices)
+    env = torchrun_env(devices, os.environ)
     step(f"data-parallel over {len(slurm.hosts)} nodes (this is node {slurm.node_rank})")
     placement = [
         f"--nnodes={len(slurm.hosts)}",

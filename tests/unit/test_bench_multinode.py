@@ -7,7 +7,7 @@ import pytest
 
 from dltune.bench.judge import judge_allreduce
 from dltune.bench.measure import BenchError
-from dltune.bench.run import slurm_step
+from dltune.bench.run import slurm_step, torchrun_env
 from dltune.model import Status
 
 
@@ -57,3 +57,16 @@ def test_multi_node_results_name_every_node_and_keep_each_ranks_host() -> None:
     assert scaling.status is Status.WARN and "between the nodes" in (scaling.remedy or "")
     single = judge_allreduce(4, "nccl", 1_000_000_000, 0.1, 0.5)[1]
     assert "nvidia-smi topo -m" in (single.remedy or "") and "nodes" not in single.summary
+
+
+def test_torchrun_workers_see_the_gpus_the_job_was_given_not_the_first_ones() -> None:
+    """Inside a Slurm job with GPUs 2 and 3, PyTorch's cuda:0/cuda:1 are physical 2/3: the workers'
+    CUDA_VISIBLE_DEVICES must name 2,3 (or the job's UUIDs), never 0,1."""
+
+    def visible(devices: list[str], environ: dict[str, str]) -> str:
+        return torchrun_env(devices, environ)["CUDA_VISIBLE_DEVICES"]
+
+    assert visible(["cuda:0", "cuda:1"], {"CUDA_VISIBLE_DEVICES": "2,3"}) == "2,3"
+    assert visible(["cuda:1"], {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"}) == "GPU-b"
+    assert visible(["cuda:0", "cuda:2"], {}) == "0,2"
+    assert "CUDA_VISIBLE_DEVICES" not in torchrun_env(["cpu"], {"PATH": "/usr/bin"})
