@@ -1,5 +1,5 @@
 # Two commands for a fresh machine (run as root: the lab starts a Docker engine):
-#   make demo   the 3-node lab, site.yml on it, each node's audit, the cluster report (summary + HTML)
+#   make demo   the 3-node lab, site.yml on it, each node's audit and bench (and one over Slurm), the cluster report
 #   make test   everything CI runs: venv, lab, linters, pytest, every molecule scenario, lab down
 #   make test-slow   nfs_multivip tier 3 (reboots of a systemd VM under QEMU/TCG, ~25 min), root
 SHELL := /bin/bash
@@ -72,6 +72,7 @@ demo: lab
 	@for node in $$(docker ps --filter label=org.dltune.lab=node --format '{{.Names}}' | sort); do \
 	  docker exec $$node runuser -u nobody -- dltune audit || true; \
 	done
+	ansible-playbook playbooks/bench.yml -i inventory -e dltune_bench_multinode=true
 	ansible-playbook playbooks/audit.yml -i inventory
 
 # Speed, as ratios against a baseline in the same run (not part of make test).

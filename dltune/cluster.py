@@ -54,8 +54,9 @@ def worst(statuses: Iterable[str]) -> str | None:
 
 def node_name(file: Path) -> str:
     """The node a report file belongs to: its name without .audit.json / .bench.json / .json (the name
-    the inventory knows; containers and clones often share one hostname)."""
-    for suffix in (".audit.json", ".bench.json", ".json"):
+    the inventory knows; containers and clones often share one hostname). A multi-node bench
+    (<node>.multinode.bench.json) belongs to the node that led it: its results name every node."""
+    for suffix in (".audit.json", ".multinode.bench.json", ".bench.json", ".json"):
         if file.name.endswith(suffix):
             return file.name[: -len(suffix)]
     return file.name

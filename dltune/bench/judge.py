@@ -257,7 +257,9 @@ def judge_allreduce(
     scaling: float | None,
     hosts: list[str] | None = None,
 ) -> list[Result]:
-    """All-reduce bandwidth and data-parallel scaling; `hosts` (each rank's host) for a multi-node run."""
+    """All-reduce bandwidth and data-parallel scaling; `hosts` (each rank's host) for a multi-node run,
+    whose results have ids of their own (bench.multinode_*: a column apart from the node's own run)."""
+    prefix = "bench.multinode_" if hosts else "bench."
     algbw = size_bytes / seconds / 1e9
     busbw = algbw * 2 * (world - 1) / world
     nodes = sorted(set(hosts)) if hosts else []
@@ -267,7 +269,7 @@ def judge_allreduce(
         evidence["hosts"] = hosts
     results = [
         Result(
-            "bench.allreduce",
+            f"{prefix}allreduce",
             Status.PASS,
             f"{backend} all-reduce over {world} processes{where}, {size_bytes / 1e6:.0f} MB: "
             f"algbw {algbw:.2f} GB/s, "
@@ -285,7 +287,7 @@ def judge_allreduce(
         )
         results.append(
             Result(
-                "bench.scaling",
+                f"{prefix}scaling",
                 Status.PASS if scaling >= 0.8 or backend == "gloo" else Status.WARN,
                 f"data-parallel scaling 1 -> {world}{where}: {scaling:.0%} efficiency"
                 + (cpu_note if backend == "gloo" else ""),

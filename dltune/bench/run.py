@@ -430,7 +430,7 @@ def run_multi_node(opts: Options, step: Step = lambda _s: None) -> list[Result] 
     if error is not None:
         return [
             Result(
-                error.id,
+                "bench.multinode_allreduce",
                 error.status,
                 f"the data-parallel run over {', '.join(slurm.hosts)} failed on "
                 f"{slurm.hosts[slurm.node_rank]}",
@@ -441,7 +441,7 @@ def run_multi_node(opts: Options, step: Step = lambda _s: None) -> list[Result] 
     if slurm.node_rank != 0:
         return None
     if numbers is None:
-        return [Result("bench.allreduce", Status.ERROR, "torchrun wrote no results on the first node")]
+        return [Result("bench.multinode_allreduce", Status.ERROR, "torchrun wrote no results on node 0")]
     world, baseline = numbers["world"], numbers["baseline_images_per_s"]
     scaling = numbers["images_per_s_total"] / (world * baseline) if baseline else None
     return judge.judge_allreduce(

@@ -159,15 +159,50 @@ def test_a_data_parallel_bench_spans_two_lab_nodes_through_slurm(lab: None) -> N
     report = json.loads(job.stdout)  # one document: the second node printed nothing
     assert report["host"] == NODES[0]
     results = {r["id"]: r for r in report["results"]}
-    allreduce = results["bench.allreduce"]
+    allreduce = results["bench.multinode_allreduce"]
     assert allreduce["status"] == "pass", allreduce
     assert allreduce["evidence"]["world_size"] == 2
     assert sorted(allreduce["evidence"]["hosts"]) == [NODES[0], NODES[1]], allreduce["evidence"]
     assert f"on 2 nodes ({NODES[0]}, {NODES[1]})" in allreduce["summary"]
     assert allreduce["metrics"]["algbw_gb_s"] > 0
-    scaling = results["bench.scaling"]
+    scaling = results["bench.multinode_scaling"]
     assert scaling["metrics"]["efficiency"] > 0 and "not a GPU figure" in scaling["summary"], scaling
     assert f"{NODES[1]} took part" in job.stderr
+
+
+def test_bench_playbook_adds_the_multi_node_run_to_the_first_nodes_row(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """playbooks/bench.yml on two lab nodes with dltune_bench_multinode: each node's own bench (short
+    sections only: 2 cores), then one srun step over both; the report shows the multi-node results in
+    the first node's row, naming both nodes, and in the HTML."""
+    report_dir = tmp_path / "report"
+    quick = ["--quick", "--device", "cpu", "--no-dataloader-sweep", "--no-determinism", "--no-data-parallel"]
+    done = ansible_playbook(
+        "playbooks/bench.yml",
+        "-i",
+        str(REPO_ROOT / "inventory/lab.yml"),
+        "-e",
+        json.dumps(
+            {
+                "dltune_hosts": f"{NODES[0]},{NODES[1]}",
+                "dltune_report_dir": str(report_dir),
+                "dltune_bench_args": quick,
+                "dltune_bench_multinode": True,
+                "dltune_bench_multinode_args": ["--device", "cpu"],
+            }
+        ),
+    )
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert (report_dir / f"{NODES[0]}.multinode.bench.json").exists()
+    merged = {n["host"]: n for n in json.loads((report_dir / "cluster.json").read_text())["nodes"]}
+    assert sorted(merged) == [NODES[0], NODES[1]]
+    for node in NODES[:2]:
+        ids = {r["id"] for r in merged[node]["results"]}
+        assert "bench.train_synthetic" in ids, (node, ids)
+    multinode = [r for r in merged[NODES[0]]["results"] if r["id"] == "bench.multinode_allreduce"]
+    assert len(multinode) == 1 and multinode[0]["status"] == "pass", multinode
+    assert sorted(set(multinode[0]["evidence"]["hosts"])) == [NODES[0], NODES[1]]
+    assert not any(r["id"].startswith("bench.multinode") for r in merged[NODES[1]]["results"])
+    assert "bench.multinode_allreduce" in (report_dir / "report.html").read_text()
 
 
 def test_a_multi_node_bench_with_two_tasks_on_one_node_is_refused(lab: None) -> None:

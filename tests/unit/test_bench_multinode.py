@@ -52,6 +52,7 @@ def test_a_one_node_step_is_refused() -> None:
 def test_multi_node_results_name_every_node_and_keep_each_ranks_host() -> None:
     hosts = ["node1", "node1", "node2", "node2"]
     allreduce, scaling = judge_allreduce(4, "nccl", 1_000_000_000, 0.1, 0.5, hosts=hosts)
+    assert allreduce.id == "bench.multinode_allreduce" and scaling.id == "bench.multinode_scaling"
     assert "on 2 nodes (node1, node2)" in allreduce.summary
     assert allreduce.evidence["hosts"] == hosts
     assert scaling.status is Status.WARN and "between the nodes" in (scaling.remedy or "")

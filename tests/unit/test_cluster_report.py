@@ -130,3 +130,16 @@ def test_a_merged_report_in_the_same_directory_is_not_a_node(tmp_path: Path) -> 
         "node3",
         "node4",
     ]
+
+
+def test_a_multi_node_bench_joins_the_row_of_the_node_that_led_it(tmp_path: Path) -> None:
+    """bench.yml saves `dltune bench --multi-node` as <leader>.multinode.bench.json: it is one more set
+    of results on that node (its own columns), not a node of its own."""
+    reports = write_fleet(tmp_path)
+    (reports / "node1.multinode.bench.json").write_text(
+        json.dumps(envelope("node1", [result("bench.multinode_allreduce", "pass", "nccl", busbw_gb_s=40.0)]))
+    )
+    nodes = {n.host: n for n in load([reports])}
+    assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
+    assert [r["id"] for r in nodes["node1"].results] == ["storage.data_noatime", "bench.multinode_allreduce"]
+    assert nodes["node1"].sources == ["node1.json", "node1.multinode.bench.json"]
