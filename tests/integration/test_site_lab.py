@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dltune.slurm_health import parse_node
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.lab
@@ -216,10 +217,8 @@ def test_a_multi_node_bench_with_two_tasks_on_one_node_is_refused(lab: None) -> 
 
 def slurm_node(node: str) -> tuple[str, str]:
     """(State, Reason) of a node, as the controller has them."""
-    shown = docker_exec(NODES[0], "scontrol", "show", "node", "-o", node)
-    state = re.search(r"\bState=(\S+)", shown)
-    reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", shown.strip())
-    return (state.group(1) if state else "", reason.group(1) if reason else "")
+    shown = parse_node(docker_exec(NODES[0], "scontrol", "show", "node", "-o", node))
+    return shown.state, shown.reason
 
 
 def wait_for_slurm_node(node: str, drained: bool, timeout: float = 30) -> tuple[str, str]:
