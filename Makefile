@@ -46,7 +46,7 @@ unit: venv
 
 # Needs the lab (make lab): DLTUNE_LAB_REQUIRED turns a missing lab into a failure, not a skip.
 pytest: venv
-	DLTUNE_LAB_REQUIRED=1 pytest -m "not slow"
+	DLTUNE_LAB_REQUIRED=1 pytest -m "not slow" --durations=15
 	# PyTorch in a process of its own: ansible (imported by the lab tests) patches sys.intern, which
 	# torch's dynamo refuses at import.
 	DLTUNE_LAB_REQUIRED=1 pytest tests/integration/test_bench_cpu.py

@@ -202,3 +202,31 @@ def test_switching_flavour_releases_and_drops_the_replaced_packages() -> None:
         "nvidia-headless-no-dkms-580-server",
         "nvidia-kernel-source-580-server",
     ]
+
+
+def test_rollback_lists_only_the_installed_packages_of_the_recorded_branch() -> None:
+    """What state=absent purges: installed (or held) packages of the branch, nothing of another branch,
+    nothing removed-but-configured, nothing outside the driver's package families."""
+    dpkg = plan.parse_dpkg_status(
+        "libnvidia-compute-580-server\t580.178.04-0ubuntu0.22.04.1\thi \n"
+        "nvidia-utils-580-server\t580.178.04-0ubuntu0.22.04.1\tii \n"
+        "nvidia-firmware-580-server-580.178.04\t580.178.04-0ubuntu0.22.04.1\thi \n"
+        "linux-modules-nvidia-580-server-generic\t6.8.0-90.91\thi \n"
+        "libnvidia-compute-470-server\t470.256.02-0ubuntu0.22.04.6\thi \n"
+        "nvidia-kernel-common-580-server\t580.178.04-0ubuntu0.22.04.1\trc \n"
+        "libc6\t2.35-0ubuntu3.8\tii \n"
+        "python3-580-tools\t1.0\tii \n"
+    )
+    installed, held = plan.installed_branch_packages(dpkg, "580")
+    assert installed == [
+        "libnvidia-compute-580-server",
+        "linux-modules-nvidia-580-server-generic",
+        "nvidia-firmware-580-server-580.178.04",
+        "nvidia-utils-580-server",
+    ]
+    assert held == [
+        "libnvidia-compute-580-server",
+        "linux-modules-nvidia-580-server-generic",
+        "nvidia-firmware-580-server-580.178.04",
+    ]
+    assert plan.installed_branch_packages(dpkg, "535") == ([], [])

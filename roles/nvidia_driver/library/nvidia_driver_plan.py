@@ -27,6 +27,12 @@ options:
   kernel_modules: {type: str, required: true, choices: [prebuilt, dkms, none]}
   fabricmanager: {type: str, required: true, choices: ['true', 'false', auto]}
   sys_dir: {type: path, default: /sys, description: sysfs root (UBUNTU_DRIVERS_SYS_DIR).}
+  installed_only:
+    type: bool
+    default: false
+    description: >-
+      For the rollback: only list the installed (and held) packages of C(branch), a branch number;
+      ubuntu-drivers is not asked and the other options are ignored.
 """
 
 NVIDIA_VENDOR = "0x10de"
@@ -270,6 +276,21 @@ def holds_to_release(dpkg: dict[str, tuple[str, str]], hold: list[str]) -> list[
     )
 
 
+def installed_branch_packages(dpkg: dict[str, tuple[str, str]], branch: str) -> tuple[list[str], list[str]]:
+    """(installed, held): the packages of `branch` that dpkg has, and those of them on hold."""
+    installed = sorted(
+        name for name, (_, abbrev) in dpkg.items() if is_installed(abbrev) and belongs_to_branch(name, branch)
+    )
+    return installed, [name for name in installed if dpkg[name][1].startswith("h")]
+
+
+def loaded_module() -> str | None:
+    try:
+        return loaded_module_version(Path("/proc/driver/nvidia/version").read_text())
+    except OSError:
+        return None
+
+
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -279,6 +300,7 @@ def run_module() -> None:
             "kernel_modules": {"type": "str", "required": True, "choices": ["prebuilt", "dkms", "none"]},
             "fabricmanager": {"type": "str", "required": True, "choices": ["true", "false", "auto"]},
             "sys_dir": {"type": "path", "default": "/sys"},
+            "installed_only": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -292,6 +314,23 @@ def run_module() -> None:
         if rc != 0 and check_rc:
             module.fail_json(msg=f"{what} failed (rc={rc}): {err.strip() or out.strip()}", argv=argv)
         return str(out)
+
+    def dpkg_status() -> dict[str, tuple[str, str]]:
+        return parse_dpkg_status(
+            run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"], "dpkg-query")
+        )
+
+    if p["installed_only"]:
+        if not re.fullmatch(r"[0-9]{3,4}", p["branch"]):
+            module.fail_json(msg=f"installed_only needs a branch number, not {p['branch']!r}")
+        installed, held = installed_branch_packages(dpkg_status(), p["branch"])
+        module.exit_json(
+            changed=False,
+            branch=p["branch"],
+            installed=installed,
+            held=held,
+            module_loaded=loaded_module() is not None,
+        )
 
     gpus, switches = count_pci_devices(p["sys_dir"])
     listing = run(["ubuntu-drivers", "list", "--gpgpu"], "ubuntu-drivers list --gpgpu")
@@ -338,9 +377,7 @@ def run_module() -> None:
     except PlanError as exc:
         module.fail_json(msg=str(exc), offered=[c.package for c in candidates], gpu_count=gpus)
 
-    dpkg = parse_dpkg_status(
-        run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"], "dpkg-query")
-    )
+    dpkg = dpkg_status()
     missing = [name for name in packages if not is_installed(dpkg.get(name, ("", ""))[1])]
     to_install: list[str] = []
     to_remove: list[str] = []
@@ -361,10 +398,7 @@ def run_module() -> None:
         )
         to_install, to_remove = parse_simulation(simulation)
         installed_version = simulated_version(simulation, utils) or installed_version
-    try:
-        loaded = loaded_module_version(Path("/proc/driver/nvidia/version").read_text())
-    except OSError:
-        loaded = None
+    loaded = loaded_module()
     userspace = upstream_version(installed_version) if installed_version else None
     hold = hold_set(chosen.branch, packages, dpkg, to_install, to_remove)
     module.exit_json(
