@@ -22,17 +22,18 @@ description:
   - Never changes the node. Fails, naming the variable, when the wanted driver is not offered.
 options:
   branch: {type: str, required: true, description: "'auto' or a branch number such as '580'."}
-  server: {type: bool, required: true, description: Use the -server (datacenter) branches.}
-  open: {type: str, required: true, choices: ['true', 'false', auto], description: Open kernel modules.}
-  kernel_modules: {type: str, required: true, choices: [prebuilt, dkms, none]}
-  fabricmanager: {type: str, required: true, choices: ['true', 'false', auto]}
+  # server, open, kernel_modules and fabricmanager are required unless installed_only.
+  server: {type: bool, description: Use the -server (datacenter) branches.}
+  open: {type: str, choices: ['true', 'false', auto], description: Open kernel modules.}
+  kernel_modules: {type: str, choices: [prebuilt, dkms, none]}
+  fabricmanager: {type: str, choices: ['true', 'false', auto]}
   sys_dir: {type: path, default: /sys, description: sysfs root (UBUNTU_DRIVERS_SYS_DIR).}
   installed_only:
     type: bool
     default: false
     description: >-
       For the rollback: only list the installed (and held) packages of C(branch), a branch number;
-      ubuntu-drivers is not asked and the other options are ignored.
+      ubuntu-drivers is not asked, and the planning options are not needed.
 """
 
 NVIDIA_VENDOR = "0x10de"
@@ -295,13 +296,14 @@ def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
             "branch": {"type": "str", "required": True},
-            "server": {"type": "bool", "required": True},
-            "open": {"type": "str", "required": True, "choices": ["true", "false", "auto"]},
-            "kernel_modules": {"type": "str", "required": True, "choices": ["prebuilt", "dkms", "none"]},
-            "fabricmanager": {"type": "str", "required": True, "choices": ["true", "false", "auto"]},
+            "server": {"type": "bool"},
+            "open": {"type": "str", "choices": ["true", "false", "auto"]},
+            "kernel_modules": {"type": "str", "choices": ["prebuilt", "dkms", "none"]},
+            "fabricmanager": {"type": "str", "choices": ["true", "false", "auto"]},
             "sys_dir": {"type": "path", "default": "/sys"},
             "installed_only": {"type": "bool", "default": False},
         },
+        required_if=[("installed_only", False, ("server", "open", "kernel_modules", "fabricmanager"))],
         supports_check_mode=True,
     )
     p = module.params
