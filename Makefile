@@ -1,5 +1,5 @@
 # Two commands for a fresh machine (run as root: the lab starts a Docker engine):
-#   make demo   the 3-node lab, site.yml on it, each node's audit and bench (and one over Slurm), the cluster report
+#   make demo   the lab (3 nodes, the NFS VM), site.yml, each node's audit and bench (and one over Slurm), the report
 #   make test   everything CI runs: venv, lab, linters, pytest, every molecule scenario, lab down
 #   make test-slow   nfs_multivip tier 3 (reboots of a systemd VM under QEMU/TCG, ~25 min), root
 SHELL := /bin/bash
@@ -68,6 +68,7 @@ test:
 	bash tests/run_all.sh
 
 demo: lab
+	bash tests/lab/nfs-vm.sh up
 	ansible-playbook site.yml -i inventory
 	@for node in $$(docker ps --filter label=org.dltune.lab=node --format '{{.Names}}' | sort); do \
 	  docker exec $$node runuser -u nobody -- dltune audit || true; \

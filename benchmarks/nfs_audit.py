@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,8 +37,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--nfs-timeout", type=float, default=3.0)
     args = parser.parse_args()
-    with storage_and_vm(), tempfile.TemporaryDirectory() as workdir:
-        apply_roles(Path(workdir))
+    with storage_and_vm():
+        apply_roles()
         healthy = [audit_seconds(args.nfs_timeout) for _ in range(args.runs)]
         stop_nfs_server()
         time.sleep(3)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,14 +22,13 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def systemd_vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def systemd_vm() -> Iterator[None]:
     if os.geteuid() != 0:
         if os.environ.get("DLTUNE_LAB_REQUIRED") == "1":
             pytest.fail("the NFS VM tier needs root")
         pytest.skip("the NFS VM tier needs root")
-    workdir: Path = tmp_path_factory.mktemp("vm3")
     with storage_and_vm("systemd"):
-        yield workdir
+        yield
 
 
 def wait_for_mounts(count: int, timeout: float = 120) -> list[str]:
@@ -46,8 +44,8 @@ def wait_for_mounts(count: int, timeout: float = 120) -> list[str]:
     return lines
 
 
-def test_mounts_and_routes_come_back_after_a_reboot(systemd_vm: Path) -> None:
-    first: dict[str, Any] = apply_roles(systemd_vm)
+def test_mounts_and_routes_come_back_after_a_reboot(systemd_vm: None) -> None:
+    first: dict[str, Any] = apply_roles()
     assert first["changed"] > 0
     seconds = reboot_vm()
     print(f"rebooted, SSH back after {seconds:.0f} s")
@@ -62,11 +60,11 @@ def test_mounts_and_routes_come_back_after_a_reboot(systemd_vm: Path) -> None:
         sockets = vm(f"ss -Htn state established dst {vip['address']} dport = :2049").stdout.split("\n")
         local = [line.split()[2] for line in sockets if line.strip()]
         assert len(local) == 1 and local[0].startswith(f"{vip['source']}:"), (vip, local)
-    again = apply_roles(systemd_vm)
+    again = apply_roles()
     assert again["changed"] == 0
 
 
-def test_the_node_boots_with_the_storage_down(systemd_vm: Path) -> None:
+def test_the_node_boots_with_the_storage_down(systemd_vm: None) -> None:
     stop_nfs_server()
     time.sleep(3)  # ganesha takes 2-3 s to exit
     seconds = reboot_vm()

@@ -1,10 +1,14 @@
 """Tier 2 of nfs_multivip: a VM with the distribution kernel's real NFS client (QEMU, TCG), its two
-NICs em1/em2 on the storage bridge of tests/lab/nfs-storage.sh, Ansible over SSH (tests/lab/nfsvm.py).
+NICs em1/em2 on the storage bridge of tests/lab/nfs-storage.sh. It is the NFS node of `make demo`:
+`ansible-playbook site.yml -i inventory` reaches it over SSH through the lab inventory's lab_vm.py
+(listed while it runs, ProxyCommand into the storage namespace), as the demo does.
 
-The role mounts the export once per VIP for real; a second run changes nothing; each VIP has one TCP
+site.yml mounts the export once per VIP for real; a second run changes nothing; each VIP has one TCP
 connection from the planned source address, and the bytes read through each mount cross the planned
-NIC (tap counters on the storage side). The audit in the VM passes as an ordinary user; then the
-NFS server is killed and the audit reports every mount as stale within its timeout instead of hanging.
+NIC (tap counters on the storage side). playbooks/audit.yml puts the VM in the cluster report beside
+the lab containers, its NFS mounts and routes passing. The audit in the VM passes as an ordinary user;
+then the NFS server is killed and the audit reports every mount as stale within its timeout instead
+of hanging.
 
 Part of `make test`: the VM image carries dltune's dependencies in the role's venv (built natively by
 tests/lab/nfs-vm.sh), so the role only adds the dltune wheel under emulation.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,25 +26,37 @@ from typing import Any
 
 import pytest
 
-from tests.lab.nfsvm import VIPS, apply_roles, stop_nfs_server, storage_and_vm, tap_tx, vm
+from tests.conftest import REPO_ROOT
+from tests.lab.nfsvm import HOST, VIPS, apply_roles, stop_nfs_server, storage_and_vm, tap_tx, vm
 
 pytestmark = [pytest.mark.lab]
 
 
 @pytest.fixture(scope="module")
-def applied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+def applied() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     if os.geteuid() != 0:
         if os.environ.get("DLTUNE_LAB_REQUIRED") == "1":
             pytest.fail("the NFS VM tier needs root")
         pytest.skip("the NFS VM tier needs root")
-    workdir: Path = tmp_path_factory.mktemp("vm")
     with storage_and_vm():
-        first = apply_roles(workdir)
-        second = apply_roles(workdir)
+        first = apply_roles("site.yml")
+        second = apply_roles("site.yml")
         yield first, second
 
 
-def test_the_role_mounts_each_vip_and_a_second_run_changes_nothing(
+def test_the_inventory_lists_the_vm_while_it_runs(applied: tuple[dict[str, Any], ...]) -> None:
+    listed = subprocess.run(
+        ["ansible-inventory", "-i", "inventory", "--list"],
+        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    groups = json.loads(listed.stdout)
+    assert groups["lab_vm"]["hosts"] == [HOST]
+    assert "lab_vm" in groups["gpu_nodes"]["children"]
+    assert HOST in groups["nvidia_driver_excluded"]["hosts"]
+    assert HOST not in groups.get("slurm", {}).get("hosts", [])
+
+
+def test_site_mounts_each_vip_and_a_second_run_changes_nothing(
     applied: tuple[dict[str, Any], ...],
 ) -> None:
     first, second = applied
@@ -73,6 +90,34 @@ def test_bytes_read_through_each_mount_cross_the_planned_nic(applied: tuple[dict
         sent = {nic: after[nic] - before[nic] for nic in after}
         other = "em2" if vip["interface"] == "em1" else "em1"
         assert sent[vip["interface"]] > blob * 0.9 and sent[other] < blob * 0.1, (vip, sent)
+
+
+def test_the_cluster_report_shows_the_vms_real_nfs_mounts(
+    applied: tuple[dict[str, Any], ...], tmp_path: Path
+) -> None:
+    """playbooks/audit.yml over the whole lab inventory, as `make demo` runs it: the VM is a row of
+    the report, its mounts and routes checked for real; a lab container (if the lab's nodes are up)
+    can have no kernel NFS, so its NFS checks are not reported as passing."""
+    done = subprocess.run(
+        ["ansible-playbook", "playbooks/audit.yml", "-i", "inventory", "-e", f"dltune_report_dir={tmp_path}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:]
+    by_host = {n["host"]: n for n in json.loads((tmp_path / "cluster.json").read_text())["nodes"]}
+    assert HOST in by_host, sorted(by_host)
+    results = {(r["id"], r["subject"]): r["status"] for r in by_host[HOST]["results"]}
+    for vip in VIPS:
+        assert results[("nfs.vip_mounts", vip["mount_point"])] == "pass", results
+        assert results[("nfs.responsive", vip["mount_point"])] == "pass", results
+        assert results[("network.vip_routes", vip["address"])] == "pass", results
+    # No GPU in the VM: its GPU checks are skipped with the reason, never passed or failed.
+    assert {s for (check, _), s in results.items() if check.startswith("gpu.")} == {"skip"}
+    assert by_host[HOST]["healthy"], by_host[HOST]
+    for host, node in by_host.items():
+        if host != HOST and node["problem"] is None:
+            nfs = {r["status"] for r in node["results"] if r["area"] == "nfs"}
+            assert "pass" not in nfs, (host, node["results"])
+    assert HOST in (tmp_path / "report.html").read_text()
 
 
 def test_audit_in_the_vm_passes_then_reports_a_dead_server_as_stale(

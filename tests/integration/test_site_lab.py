@@ -41,9 +41,9 @@ def lab() -> None:
 
 
 def lab_inventory(tmp_path: Path, extra_hosts: dict[str, dict[str, Any] | None]) -> Path:
-    """inventory/lab.yml with more gpu_nodes hosts (or host vars on existing ones)."""
+    """inventory/lab.yml with more lab container hosts (or host vars on existing ones)."""
     inventory = yaml.safe_load((REPO_ROOT / "inventory/lab.yml").read_text())
-    inventory["all"]["children"]["gpu_nodes"]["hosts"].update(extra_hosts)
+    inventory["all"]["children"]["gpu_nodes"]["children"]["lab_containers"]["hosts"].update(extra_hosts)
     path = tmp_path / "inventory.yml"
     path.write_text(yaml.safe_dump(inventory))
     return path

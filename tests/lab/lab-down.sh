@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Stop exactly what lab.sh started, by name and PID: lab containers, loop devices it attached, and
-# the dockerd it started (a Docker service that was already running is left alone).
+# Stop exactly what lab.sh started, by name and PID: the NFS VM of make demo, lab containers, loop
+# devices it attached, and the dockerd it started (a Docker service already running is left alone).
 source "$(dirname "$0")/lib.sh"
 need_root
+
+# The NFS VM and its storage namespace, when `nfs-vm.sh up` (make demo) started them.
+if [ -e "$LAB_STATE/nfs-vm.up" ]; then
+  bash "$LAB_DIR/nfs-vm.sh" down
+fi
 
 if [ -s "$LAB_STATE/containers" ] && docker info >/dev/null 2>&1; then
   sort -u "$LAB_STATE/containers" | while read -r name; do

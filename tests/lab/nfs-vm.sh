@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# nfs-vm.sh build|start [systemd]|stop — a small VM with the distribution kernel's real NFS client, for the
+# nfs-vm.sh build|start [systemd]|stop|up|down — a small VM with the distribution kernel's real NFS client, for the
 # nfs_multivip tiers that need kernel mounts (this machine's kernel has no NFS, and containers share it).
 #
 # build: Debian's kernel from its .deb (virtio, ext4, nfs modules), a debootstrap rootfs (python3,
@@ -9,6 +9,9 @@
 #        nfs-storage.sh, NICs em1/em2 on its bridge through taps, management over QEMU user networking
 #        (restrict=on: the VM reaches nothing) with SSH forwarded to 127.0.0.1:2222 in that namespace.
 #        -snapshot: every boot starts from the built image.
+# up:    the lab's NFS node for `make demo`: build, the storage namespace, start, each only if not
+#        already there (a VM that runs keeps its state); inventory/lab_vm.py lists it while it runs.
+# down:  stop the VM and the storage namespace (lab-down.sh does this after an `up`).
 source "$(dirname "$0")/lib.sh"
 need_root
 
@@ -208,9 +211,32 @@ stop() {
   rm -f "$VM_DIR/qemu.pid"
 }
 
+running() {
+  [ -s "$VM_DIR/qemu.pid" ] && kill -0 "$(cat "$VM_DIR/qemu.pid")" 2>/dev/null
+}
+
+up() {
+  build
+  local ganesha=$LAB_STATE/nfs/ganesha.pid
+  if ! { [ -s "$ganesha" ] && kill -0 "$(cat "$ganesha")" 2>/dev/null && ip netns list | grep -q "^$NS_STORAGE"; }; then
+    stop
+    bash "$LAB_DIR/nfs-storage.sh" up
+  fi
+  if running; then log "VM already up (ssh on 127.0.0.1:$SSH_PORT in $NS_STORAGE)"; else start lab-init; fi
+  touch "$LAB_STATE/nfs-vm.up"
+}
+
+down() {
+  stop
+  bash "$LAB_DIR/nfs-storage.sh" down
+  rm -f "$LAB_STATE/nfs-vm.up"
+}
+
 case ${1:-} in
   build) build ;;
   start) start "${2:-lab-init}" ;;
   stop) stop ;;
-  *) echo "usage: $0 build|start [systemd]|stop" >&2; exit 2 ;;
+  up) up ;;
+  down) down ;;
+  *) echo "usage: $0 build|start [systemd]|stop|up|down" >&2; exit 2 ;;
 esac

@@ -1,11 +1,13 @@
-"""The NFS storage lab (nfs-storage.sh) and its VM (nfs-vm.sh) from Python: shared by the tier 2
-test (tests/integration/test_nfs_multivip_vm.py) and benchmarks/nfs_audit.py."""
+"""The NFS storage lab (nfs-storage.sh) and its VM (nfs-vm.sh) from Python: shared by the tier 2 and
+3 tests (tests/integration/test_nfs_multivip_*.py), benchmarks/nfs_audit.py, and the inventory entry
+that makes the VM one more node of the lab while it runs (inventory/lab_vm.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +19,8 @@ STORAGE = "dltune-nfs-storage"
 LAB_STATE = Path(os.environ.get("DLTUNE_LAB_STATE", "/var/tmp/dltune-lab"))
 VM_DIR = LAB_STATE / "vm"
 NET = "10.21.115"
-HOST = "gpu-node-vm"
+# The VM's name in the inventory (its own hostname is gpu-node-vm).
+HOST = "dltune-lab-nfsvm"
 # .6 and .8 leave by em1, .7 and .9 by em2 (the VM's em1 is .122, em2 .123)
 VIPS = [
     {"address": f"{NET}.{last}", "mount_point": f"/mnt/nfs{i}", "interface": nic, "source": src}
@@ -37,6 +40,11 @@ ROLE_VARS: dict[str, Any] = {
     # nfs-ganesha runs without NLM here
     "nfs_multivip_extra_options": ["nolock"],
 }
+# The VM's SSH port is forwarded inside the storage namespace only: SSH from the root namespace goes
+# through tcp_stdio.py run there, as its ProxyCommand.
+PROXY_COMMAND = (
+    f"ip netns exec {STORAGE} {sys.executable} {REPO_ROOT / 'tests/lab/tcp_stdio.py'} 127.0.0.1 2222"
+)
 SSH = [
     "ssh", "-n", "-q", "-i", str(VM_DIR / "ssh/id_ed25519"), "-o", "StrictHostKeyChecking=no",
     "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=30", "-p", "2222", "root@127.0.0.1",
@@ -114,29 +122,65 @@ def stop_nfs_server() -> None:
     subprocess.run(["kill", pid], check=True)
 
 
-def apply_roles(workdir: Path, extra_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-    """dltune + nfs_multivip on the VM over SSH; returns Ansible's stats for the VM; raises on failure."""
-    inventory = workdir / "inventory.ini"
-    inventory.write_text(
-        f"{HOST} ansible_host=127.0.0.1 ansible_port=2222 ansible_user=root"
-        f" ansible_ssh_private_key_file={VM_DIR / 'ssh/id_ed25519'}"
-        " ansible_python_interpreter=/usr/bin/python3"
-        " ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'\n"
-    )
-    playbook = REPO_ROOT / "tests/integration/playbooks/nfs_multivip_vm.yml"
+def vm_running() -> bool:
+    """Whether nfs-vm.sh's QEMU runs now (its PID file, and that PID is QEMU). Readable by any user."""
+    try:
+        pid = int((VM_DIR / "qemu.pid").read_text())
+        return Path(f"/proc/{pid}/comm").read_text().startswith("qemu-system")
+    except (OSError, ValueError):
+        return False
+
+
+def inventory() -> dict[str, Any]:
+    """The VM as a node of the lab (group gpu_nodes, driver excluded: no GPU there), with the vars that
+    mount the lab's export once per VIP; nothing while the VM is down, so `-i inventory` never lists a
+    node that cannot answer."""
+    if not vm_running():
+        return {"_meta": {"hostvars": {}}}
+    host_vars = {
+        "ansible_connection": "ssh",
+        "ansible_host": "127.0.0.1",
+        "ansible_port": 2222,
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(VM_DIR / "ssh/id_ed25519"),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        # Every boot starts from the built image (-snapshot): a new host key each time.
+        "ansible_ssh_common_args": (
+            f"-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ProxyCommand='{PROXY_COMMAND}'"
+        ),
+        **ROLE_VARS,
+    }
+    return {
+        "_meta": {"hostvars": {HOST: host_vars}},
+        "lab_vm": {"hosts": [HOST]},
+        "gpu_nodes": {"children": ["lab_vm"]},
+        "nvidia_driver_excluded": {"hosts": [HOST]},
+    }
+
+
+def apply_roles(
+    playbook: str = "tests/integration/playbooks/nfs_multivip_vm.yml",
+    extra_vars: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A playbook (default: dltune + nfs_multivip) on the VM through the lab inventory (-i inventory,
+    limited to the VM); returns Ansible's stats for the VM; raises on failure."""
     done = subprocess.run(
-        ["ip", "netns", "exec", STORAGE, "ansible-playbook", "-i", str(inventory),
-         "-e", json.dumps({**ROLE_VARS, **(extra_vars or {})}), str(playbook)],
+        ["ansible-playbook", "-i", "inventory", "--limit", HOST,
+         "-e", json.dumps(extra_vars or {}), playbook],
         capture_output=True, text=True, check=False, timeout=1500, cwd=REPO_ROOT,
         env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-             "ANSIBLE_ROLES_PATH": str(REPO_ROOT / "roles")},
+             "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg")},
     )  # fmt: skip
-    report = json.loads(done.stdout)
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError as error:
+        output = f"{done.stdout[-2000:]} {done.stderr[-2000:]}"
+        raise RuntimeError(f"ansible-playbook gave no JSON: {output}") from error
     failures = [
         t["hosts"][HOST].get("msg")
         for p in report["plays"]
         for t in p["tasks"]
-        if t["hosts"].get(HOST, {}).get("failed")
+        if t["hosts"].get(HOST, {}).get("failed") or t["hosts"].get(HOST, {}).get("unreachable")
     ]
     if done.returncode != 0:
         raise RuntimeError(f"ansible-playbook failed on the VM: {failures or done.stderr[-2000:]}")
