@@ -30,14 +30,23 @@ BIN = Path(sys.executable).parent
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
+# nodes.sh makes its nodes a Slurm cluster with a controller of their own (never the lab's).
+CONTROLLER = "dltune-bench-slurmctl"
+
+
 def start_nodes(names: list[str]) -> None:
     # No loop data disks: 1 + N nodes would exhaust the machine's 8 loop devices beside the lab's.
-    env = {**os.environ, "DLTUNE_LAB_NODES": " ".join(names), "DLTUNE_LAB_DATA_DISKS": "0"}
+    env = {
+        **os.environ,
+        "DLTUNE_LAB_NODES": " ".join(names),
+        "DLTUNE_LAB_CONTROLLER": CONTROLLER,
+        "DLTUNE_LAB_DATA_DISKS": "0",
+    }
     subprocess.run(["bash", str(REPO_ROOT / "tests/lab/nodes.sh")], check=True, env=env)
 
 
 def remove_nodes(names: list[str]) -> None:
-    subprocess.run(["docker", "rm", "-f", *names], check=False, capture_output=True)
+    subprocess.run(["docker", "rm", "-f", *names, CONTROLLER], check=False, capture_output=True)
 
 
 def write_inventory(directory: Path, names: list[str]) -> Path:

@@ -21,6 +21,7 @@ from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.lab
 NODES = ("dltune-lab-node1", "dltune-lab-node2", "dltune-lab-node3")
+CONTROLLER = "dltune-lab-slurmctl"
 
 
 def lab_is_up() -> bool:
@@ -29,7 +30,7 @@ def lab_is_up() -> bool:
     out = subprocess.run(
         ["docker", "ps", "--format", "{{.Names}}"], capture_output=True, text=True, check=False
     ).stdout.split()
-    return all(n in out for n in NODES)
+    return all(n in out for n in (*NODES, CONTROLLER))
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def test_site_converges_idempotently_and_nodes_audit_clean(lab: None) -> None:
     assert first.returncode == 0, first.stdout[-4000:]
     second = ansible_playbook("site.yml", "-i", "inventory")
     assert second.returncode == 0, second.stdout[-4000:]
-    for node in NODES:
+    for node in (*NODES, CONTROLLER):
         assert re.search(rf"^{node}\s*:.*changed=0", second.stdout, re.M), second.stdout[-2000:]
 
     for node in NODES:
@@ -100,6 +101,24 @@ def test_site_converges_idempotently_and_nodes_audit_clean(lab: None) -> None:
         assert results["staging.slurm_hooks"]["status"] == "pass", results["staging.slurm_hooks"]
         outside = results["staging.slurm_tmpdir"]
         assert outside["status"] == "skip" and "not inside a Slurm job" in outside["summary"], outside
+
+
+def test_the_slurm_controller_runs_apart_and_shares_the_nodes_slurm_conf(lab: None) -> None:
+    """The lab's slurmctld runs in a container of its own, as on a cluster, and site.yml (slurm_tmpdir
+    runs on the whole group slurm) left its slurm.conf the same as every node's: Slurm warns and
+    misbehaves when they differ, and the controller is where the Prolog/Epilog settings take effect."""
+    assert docker_exec(CONTROLLER, "systemctl", "is-active", "slurmctld").strip() == "active"
+    config = docker_exec(NODES[1], "scontrol", "show", "config")
+    assert re.search(rf"^SlurmctldHost\[0\]\s*=\s*{CONTROLLER}\b", config, re.M), config[:1500]
+    for node in NODES:
+        running = subprocess.run(
+            ["docker", "exec", node, "systemctl", "is-active", "slurmctld"], capture_output=True, text=True
+        )
+        assert running.stdout.strip() != "active", node
+    controller_conf = docker_exec(CONTROLLER, "cat", "/etc/slurm/slurm.conf")
+    assert "Prolog=" in controller_conf and "Epilog=" in controller_conf, controller_conf
+    for node in NODES:
+        assert docker_exec(node, "cat", "/etc/slurm/slurm.conf") == controller_conf, node
 
 
 def test_a_job_over_every_lab_node_gets_a_private_node_local_tmpdir(lab: None) -> None:

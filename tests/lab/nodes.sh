@@ -5,6 +5,8 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 LAB_NODES="${DLTUNE_LAB_NODES:-dltune-lab-node1 dltune-lab-node2 dltune-lab-node3}"
+# The Slurm controller (slurmctld), a container of its own as on a cluster: no GPU, no data disk.
+LAB_CONTROLLER="${DLTUNE_LAB_CONTROLLER:-dltune-lab-slurmctl}"
 # Slurm nodes of one cluster (tests/lab/slurm.sh): one Ubuntu release, the image with Slurm baked in.
 LAB_NODE_IMAGE="${DLTUNE_LAB_NODE_IMAGE:-$LAB_IMAGE_REPO-slurm:22.04}"
 # A network of the lab's own: Docker's DNS resolves node names there (Slurm needs them).
@@ -40,20 +42,25 @@ if ! docker network inspect "$LAB_NETWORK" >/dev/null 2>&1; then
   echo "$LAB_NETWORK" >> "$LAB_STATE/networks"
 fi
 
-for node in $LAB_NODES; do
+for node in $LAB_CONTROLLER $LAB_NODES; do
   state=$(docker inspect -f '{{.State.Status}}' "$node" 2>/dev/null || true)
   if [ "$state" = running ]; then
     log "node $node is running"
     continue
   fi
   [ -n "$state" ] && docker rm -f "$node" >/dev/null
-  # A new node starts with a blank disk, attached before the container so its /dev has the device.
-  [ "$LAB_DATA_DISKS" = 1 ] && attach_blank_disk "$node"
+  role=node extra=("${torch_mounts[@]}")
+  if [ "$node" = "$LAB_CONTROLLER" ]; then
+    role=controller extra=()
+  else
+    # A new node starts with a blank disk, attached before the container so its /dev has the device.
+    [ "$LAB_DATA_DISKS" = 1 ] && attach_blank_disk "$node"
+  fi
   docker run -d --name "$node" --hostname "$node" --network "$LAB_NETWORK" --privileged \
-    --tmpfs /run --tmpfs /run/lock --stop-signal SIGRTMIN+3 "${torch_mounts[@]}" \
-    --label org.dltune.lab=node "$LAB_NODE_IMAGE" >/dev/null
+    --tmpfs /run --tmpfs /run/lock --stop-signal SIGRTMIN+3 "${extra[@]}" \
+    --label org.dltune.lab="$role" "$LAB_NODE_IMAGE" >/dev/null
   echo "$node" >> "$LAB_STATE/containers"
-  log "started node $node ($LAB_NODE_IMAGE)"
+  log "started $role $node ($LAB_NODE_IMAGE)"
 done
 # GPU-node stand-ins: the fake NVML library (tests/fakenvml) and a healthy 4-GPU scenario, so the
 # audit's driver and gpu areas run their real pynvml path on the lab nodes (labelled as fake).
@@ -73,7 +80,7 @@ for node in $LAB_NODES; do
   fi
 done
 
-for node in $LAB_NODES; do
+for node in $LAB_CONTROLLER $LAB_NODES; do
   for _ in $(seq 1 60); do
     state=$(docker exec "$node" systemctl is-system-running 2>/dev/null || true)
     case "$state" in running|degraded) break ;; esac
@@ -82,5 +89,5 @@ for node in $LAB_NODES; do
   log "node $node: systemd $state"
 done
 
-bash "$LAB_DIR/slurm.sh" "$LAB_NODES"
+bash "$LAB_DIR/slurm.sh" "$LAB_CONTROLLER" "$LAB_NODES"
 bash "$LAB_DIR/torch-env.sh" "$LAB_NODES"

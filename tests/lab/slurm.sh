@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The lab's Slurm: the lab nodes (Ubuntu 22.04 with slurm-wlm and munge baked in) become one cluster
-# "lab", the first node also running slurmctld. This stands in for the site's own Slurm deployment,
+# slurm.sh CONTROLLER "NODE...": the lab's Slurm. The containers (Ubuntu 22.04 with slurm-wlm and munge
+# baked in) become one cluster "lab": slurmctld on CONTROLLER, slurmd on each NODE. This stands in for the site's own Slurm deployment,
 # which dltune's roles never install: they only add their hooks to its slurm.conf. A node that already
 # has a slurm.conf keeps it (site.yml's slurm_tmpdir has edited it); only new nodes get the lab's.
 # cgroup plugins need more than a container: proctrack/linuxproc and task/none, as molecule/slurm_tmpdir.
 source "$(dirname "$0")/lib.sh"
 need_root
-read -r -a nodes <<< "${1:?usage: slurm.sh \"NODE...\"}"
-controller=${nodes[0]}
+usage='usage: slurm.sh CONTROLLER "NODE..."'
+controller=${1:?$usage}
+read -r -a nodes <<< "${2:?$usage}"
 
 munge_key="$LAB_STATE/munge.key"
 if [ ! -s "$munge_key" ]; then
@@ -16,7 +17,7 @@ fi
 
 conf=$(mktemp)
 trap 'rm -f "$conf"' EXIT
-cpus=$(docker exec "$controller" nproc)
+cpus=$(docker exec "${nodes[0]}" nproc)
 {
   cat <<CONF
 ClusterName=lab
@@ -47,7 +48,7 @@ CONF
   echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
 } > "$conf"
 
-for node in "${nodes[@]}"; do
+for node in "$controller" "${nodes[@]}"; do
   if docker exec "$node" test -e /etc/slurm/slurm.conf; then
     log "node $node: keeps its slurm.conf"
     continue
@@ -63,12 +64,16 @@ for node in "${nodes[@]}"; do
   docker exec "$node" systemctl restart munge
   # Restart, not start: a daemon that came up at boot without a slurm.conf may be waiting to retry.
   daemons=(slurmd)
-  [ "$node" = "$controller" ] && daemons=(slurmctld slurmd)
+  [ "$node" = "$controller" ] && daemons=(slurmctld)
   for daemon in "${daemons[@]}"; do
     docker exec "$node" systemctl enable --quiet "$daemon"
     docker exec "$node" systemctl restart "$daemon"
   done
-  log "node $node: Slurm node of cluster lab (controller $controller)"
+  if [ "$node" = "$controller" ]; then
+    log "$node: slurmctld of cluster lab"
+  else
+    log "node $node: Slurm node of cluster lab (controller $controller)"
+  fi
 done
 
 for _ in $(seq 1 60); do
