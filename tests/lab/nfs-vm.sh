@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# nfs-vm.sh build|start [systemd]|stop|up|down — a small VM with the distribution kernel's real NFS client, for the
-# nfs_multivip tiers that need kernel mounts (this machine's kernel has no NFS, and containers share it).
+# nfs-vm.sh build|start [systemd]|stop|up|down — a small VM with the distribution kernel's real NFS
+# client, for the nfs_multivip tiers that need kernel mounts (this machine's kernel has no NFS, and
+# containers share it), and the lab's NFS node.
 #
 # build: Debian's kernel from its .deb (virtio, ext4, nfs modules), a debootstrap rootfs (python3,
 #        python3-venv, openssh, nfs-common, netbase, iproute2), an ext4 image, a busybox initrd.
@@ -196,10 +197,17 @@ start() {
       grep -q 'LAB-INIT: sshd up' "$VM_DIR/console.log" 2>/dev/null && { log "VM up (ssh on 127.0.0.1:$SSH_PORT in $NS_STORAGE)"; return 0; }
     fi
     grep -q 'root mount failed' "$VM_DIR/console.log" 2>/dev/null && die "VM root mount failed"
-    kill -0 "$(cat "$VM_DIR/qemu.pid")" 2>/dev/null || { cat "$VM_DIR/qemu.out" >&2; die "qemu exited"; }
+    running || { cat "$VM_DIR/qemu.out" >&2; die "qemu exited"; }
     sleep 0.5
   done
   die "VM did not come up in 300 s"
+}
+
+# Whether the recorded QEMU runs: the same rule as tests/lab/nfsvm.py's vm_running() (the inventory's),
+# so a PID reused by another process after a crash counts as no VM.
+running() {
+  local pid
+  pid=$(cat "$VM_DIR/qemu.pid" 2>/dev/null) && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == qemu-system* ]]
 }
 
 stop() {
@@ -211,9 +219,6 @@ stop() {
   rm -f "$VM_DIR/qemu.pid"
 }
 
-running() {
-  [ -s "$VM_DIR/qemu.pid" ] && kill -0 "$(cat "$VM_DIR/qemu.pid")" 2>/dev/null
-}
 
 up() {
   build

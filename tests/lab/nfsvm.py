@@ -40,14 +40,16 @@ ROLE_VARS: dict[str, Any] = {
     # nfs-ganesha runs without NLM here
     "nfs_multivip_extra_options": ["nolock"],
 }
-# The VM's SSH port is forwarded inside the storage namespace only: SSH from the root namespace goes
-# through tcp_stdio.py run there, as its ProxyCommand.
+# The VM's SSH port (nfs-vm.sh) is forwarded to 127.0.0.1 inside the storage namespace only: SSH from
+# the root namespace goes through tcp_stdio.py run there, as its ProxyCommand.
+SSH_PORT = 2222
+SSH_KEY = VM_DIR / "ssh/id_ed25519"
 PROXY_COMMAND = (
-    f"ip netns exec {STORAGE} {sys.executable} {REPO_ROOT / 'tests/lab/tcp_stdio.py'} 127.0.0.1 2222"
+    f"ip netns exec {STORAGE} {sys.executable} {REPO_ROOT / 'tests/lab/tcp_stdio.py'} 127.0.0.1 {SSH_PORT}"
 )
 SSH = [
-    "ssh", "-n", "-q", "-i", str(VM_DIR / "ssh/id_ed25519"), "-o", "StrictHostKeyChecking=no",
-    "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=30", "-p", "2222", "root@127.0.0.1",
+    "ssh", "-n", "-q", "-i", str(SSH_KEY), "-o", "StrictHostKeyChecking=no",
+    "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=30", "-p", str(SSH_PORT), "root@127.0.0.1",
 ]  # fmt: skip
 
 
@@ -140,9 +142,9 @@ def inventory() -> dict[str, Any]:
     host_vars = {
         "ansible_connection": "ssh",
         "ansible_host": "127.0.0.1",
-        "ansible_port": 2222,
+        "ansible_port": SSH_PORT,
         "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(VM_DIR / "ssh/id_ed25519"),
+        "ansible_ssh_private_key_file": str(SSH_KEY),
         "ansible_python_interpreter": "/usr/bin/python3",
         # Every boot starts from the built image (-snapshot): a new host key each time.
         "ansible_ssh_common_args": (

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# slurm.sh CONTROLLER "NODE...": the lab's Slurm. The containers (Ubuntu 22.04 with slurm-wlm and munge
-# baked in) become one cluster "lab": slurmctld on CONTROLLER, slurmd on each NODE. This stands in for the site's own Slurm deployment,
-# which dltune's roles never install: they only add their hooks to its slurm.conf. A node that already
+# slurm.sh CONTROLLER "NODE...": the lab's Slurm. The containers (Ubuntu 22.04 with slurm-wlm and
+# munge baked in) become one cluster "lab": slurmctld on CONTROLLER, slurmd on each NODE. This stands
+# in for the site's own Slurm deployment, which dltune's roles never install: they only add their hooks to its slurm.conf. A node that already
 # has a slurm.conf keeps it (site.yml's slurm_tmpdir has edited it); only new nodes get the lab's.
 # cgroup plugins need more than a container: proctrack/linuxproc and task/none, as molecule/slurm_tmpdir.
 source "$(dirname "$0")/lib.sh"
