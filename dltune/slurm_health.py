@@ -1,6 +1,8 @@
 """`dltune audit --slurm-drain`: drain this Slurm node when a check marked critical fails, and resume
 it once healthy — but only a drain dltune set itself (its reason starts with "dltune:"). `error` and
-`skip` never drain: a bug in dltune must not take a fleet out of service."""
+`skip` never drain: a bug in dltune must not take a fleet out of service. A node that an admin (or
+Slurm itself) took out of service — drained, down, failed, in maintenance, with a reason that is not
+dltune's — is never touched: its reason is not rewritten, and it is not resumed."""
 
 from __future__ import annotations
 
@@ -12,6 +14,10 @@ from dltune.model import Result, Status
 from dltune.probes.runner import CommandRunner
 
 REASON_PREFIX = "dltune:"
+# Node state flags (scontrol's State=BASE+FLAG+...) that mean someone took the node out of service.
+OUT_OF_SERVICE = frozenset(
+    {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED"}
+)
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,15 @@ class NodeState:
     @property
     def drained(self) -> bool:
         return "DRAIN" in self.state
+
+    @property
+    def out_of_service(self) -> bool:
+        return bool(OUT_OF_SERVICE & set(self.state.upper().replace("*", "").split("+")))
+
+    @property
+    def held_by_someone_else(self) -> bool:
+        """Out of service for a reason dltune did not give: the admin's (or Slurm's) to lift."""
+        return self.out_of_service and not self.reason.startswith(REASON_PREFIX)
 
 
 def critical_failures(results: Sequence[Result]) -> list[str]:
@@ -44,6 +59,12 @@ def apply(node: str, results: Sequence[Result], runner: CommandRunner) -> str:
         )
     current = parse_node(shown.stdout)
     failing = critical_failures(results)
+    if current.held_by_someone_else:
+        return (
+            f"{node} left as it is: out of service by someone else ({current.state}"
+            f"{', ' + current.reason if current.reason else ', no reason'})"
+            + (f"; critical failures not recorded in Slurm: {' '.join(failing)}" if failing else "")
+        )
     if failing:
         reason = f"{REASON_PREFIX} {' '.join(failing)}"
         if current.drained and current.reason == reason:

@@ -276,6 +276,39 @@ def test_slurm_drain_takes_only_the_node_with_a_failing_gpu_out_of_service(lab: 
     wait_for_slurm_node(broken, drained=False)
 
 
+def test_slurm_drain_never_overrides_an_admins_drain(lab: None) -> None:
+    """An admin drains node3 for maintenance; a critical GPU fail on it then (fake NVML: uncorrected
+    ECC) must not rewrite the admin's reason, and the next healthy run must not resume the node: only
+    the admin puts it back."""
+    scenario = "/etc/dltune-lab/nvml-scenario.conf"
+    audit = ["dltune", "audit", "--only", "gpu", "--slurm-drain", "--format", "json"]
+    node = NODES[2]
+    admin_reason = "maintenance: PSU swap"
+    docker_exec(NODES[0], "scontrol", "update", f"nodename={node}", "state=drain", f"reason={admin_reason}")
+    docker_exec(node, "cp", scenario, f"{scenario}.healthy")
+    try:
+        wait_for_slurm_node(node, drained=True)
+        docker_exec(node, "sh", "-c", f"echo gpu2.ecc_uncorrected=4 >> {scenario}")
+        failing = subprocess.run(
+            ["docker", "exec", node, *audit], capture_output=True, text=True, check=False
+        )
+        assert failing.returncode == 1, failing.stderr
+        assert "left as it is" in failing.stderr, failing.stderr
+        assert slurm_node(node)[1] == admin_reason, slurm_node(node)
+        docker_exec(node, "cp", f"{scenario}.healthy", scenario)
+        healthy = subprocess.run(
+            ["docker", "exec", node, *audit], capture_output=True, text=True, check=False
+        )
+        assert healthy.returncode == 0, healthy.stderr
+        time.sleep(1)
+        state, reason = slurm_node(node)
+        assert "DRAIN" in state and reason == admin_reason, (state, reason)
+    finally:
+        docker_exec(node, "mv", f"{scenario}.healthy", scenario)
+        docker_exec(NODES[0], "scontrol", "update", f"nodename={node}", "state=resume")
+    wait_for_slurm_node(node, drained=False)
+
+
 def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """playbooks/audit.yml fetches each node's audit and merges them with `dltune report`; a node in the
     inventory that does not exist is in the report as unreachable, not dropped."""

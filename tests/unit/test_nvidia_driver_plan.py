@@ -61,6 +61,10 @@ def test_candidates_are_parsed_best_first_with_their_module_package() -> None:
     ]
 
 
+# jammy, A100, linux-image-generic installed: ubuntu-drivers' own choice
+A100_RECOMMENDED = "nvidia-driver-580-server-open linux-modules-nvidia-580-server-open-generic\n"
+
+
 @pytest.mark.parametrize(
     ("listing", "server", "open_modules", "expected"),
     [
@@ -68,15 +72,82 @@ def test_candidates_are_parsed_best_first_with_their_module_package() -> None:
         (A100_WITH_KERNEL, True, "false", "nvidia-driver-580-server"),
         (A100_WITH_KERNEL, False, "auto", "nvidia-driver-580-open"),
         (A100_WITH_KERNEL, False, "false", "nvidia-driver-580"),
-        (K80_WITH_KERNEL, False, "auto", "nvidia-driver-390"),
     ],
 )
-def test_auto_takes_ubuntu_drivers_first_fit(
+def test_auto_takes_ubuntu_drivers_recommendation_then_its_branch_in_the_wanted_flavour(
     listing: str, server: bool, open_modules: str, expected: str
 ) -> None:
-    chosen, notes = plan.choose(plan.parse_gpgpu_list(listing), "auto", server, open_modules)
+    recommended = plan.recommendation(A100_RECOMMENDED)
+    chosen, notes = plan.choose(
+        plan.parse_gpgpu_list(listing), "auto", server, open_modules, None, recommended
+    )
     assert chosen.package == expected
-    assert expected in notes[0]
+    assert "nvidia-driver-580-server-open" in notes[0]
+    assert (
+        chosen.modules_package
+        == f"linux-modules-{expected.removeprefix('nvidia-driver-').join(['nvidia-', '-generic'])}"
+    )
+
+
+def test_the_listing_order_never_decides() -> None:
+    """ubuntu-drivers prints a dictionary: every order of the same offer gives the same choice, with and
+    without a recommendation."""
+    import random
+
+    rng = random.Random(7)  # noqa: S311 (a shuffle, not a secret)
+    for listing, recommended_text in ((A100_WITH_KERNEL, A100_RECOMMENDED), (A100_NO_KERNEL, None)):
+        lines = [line for line in listing.splitlines() if line.startswith("nvidia-")]
+        recommended = plan.recommendation(recommended_text)
+        chosen = set()
+        for _ in range(30):
+            rng.shuffle(lines)
+            for server, open_modules in ((True, "auto"), (True, "false"), (False, "auto")):
+                pick, _ = plan.choose(
+                    plan.parse_gpgpu_list("\n".join(lines)), "auto", server, open_modules, None, recommended
+                )
+                chosen.add((server, open_modules, pick.package))
+        assert len(chosen) == 3, chosen
+
+
+def test_without_a_recommendation_the_highest_branch_of_the_flavour_wins() -> None:
+    chosen, notes = plan.choose(plan.parse_gpgpu_list(A100_NO_KERNEL), "auto", True, "auto")
+    assert chosen.package == "nvidia-driver-580-server"
+    assert "no recommendation" in notes[0]
+    chosen, _ = plan.choose(plan.parse_gpgpu_list(A100_NO_KERNEL), "auto", True, "true")
+    assert chosen.package == "nvidia-driver-580-server-open"
+    chosen, _ = plan.choose(plan.parse_gpgpu_list(K80_WITH_KERNEL), "auto", False, "auto")
+    assert chosen.package == "nvidia-driver-390"
+
+
+def test_a_recommendation_whose_branch_the_flavour_lacks_is_refused() -> None:
+    recommended = plan.recommendation("nvidia-driver-590-open linux-modules-nvidia-590-open-generic\n")
+    with pytest.raises(plan.PlanError, match="nvidia_driver_server or nvidia_driver_open"):
+        plan.choose(plan.parse_gpgpu_list(A100_WITH_KERNEL), "auto", True, "auto", None, recommended)
+
+
+def test_recommendation_formats_and_old_releases() -> None:
+    """--recommended prints 'PKG MODULES'; an old ubuntu-drivers that ignores the option prints the whole
+    offer (not a recommendation); one that lacks it fails (None is passed)."""
+    rec = plan.recommendation("nvidia-driver-470 linux-modules-nvidia-470-generic-hwe-20.04\n")
+    assert rec and (rec.branch, rec.server, rec.modules_package) == (
+        "470",
+        False,
+        "linux-modules-nvidia-470-generic-hwe-20.04",
+    )
+    assert plan.recommendation(A100_WITH_KERNEL) is None
+    assert plan.recommendation(None) is None
+    assert plan.recommendation("") is None
+    none_line = plan.parse_gpgpu_list("nvidia-driver-535-server, (kernel modules provided by None)\n")
+    assert none_line[0].package == "nvidia-driver-535-server" and none_line[0].modules_package is None
+
+
+def test_a_dkms_only_offer_is_not_prebuilt() -> None:
+    dkms_only = plan.parse_gpgpu_list("nvidia-driver-545, (kernel modules provided by nvidia-dkms-545)\n")[0]
+    assert not dkms_only.prebuilt
+    _, problems = plan.wanted_packages(dkms_only, "prebuilt", False)
+    assert problems and "DKMS" in problems[0] and "nvidia_driver_kernel_modules: dkms" in problems[0]
+    packages, problems = plan.wanted_packages(dkms_only, "dkms", False)
+    assert problems == [] and "nvidia-dkms-545" in packages
 
 
 def test_no_fitting_flavour_is_a_failure_naming_the_switches() -> None:

@@ -24,8 +24,20 @@ def groups_of(host: Any) -> list[str]:
     return list(host.ansible.get_variables().get("group_names", []))
 
 
+def gpgpu_recommended(host: Any, sys_dir: str = SYS_DIR) -> str:
+    """ubuntu-drivers' own choice for the container's synthetic GPUs (`list --gpgpu --recommended`)."""
+    cmd = host.run(f"UBUNTU_DRIVERS_SYS_DIR={sys_dir} ubuntu-drivers list --gpgpu --recommended 2>/dev/null")
+    assert cmd.rc == 0, cmd.stderr
+    drivers = [
+        line.split()[0].rstrip(",") for line in cmd.stdout.splitlines() if line.startswith("nvidia-driver-")
+    ]
+    assert len(drivers) == 1, cmd.stdout
+    return drivers[0]
+
+
 def gpgpu_offer(host: Any, sys_dir: str = SYS_DIR) -> list[str]:
-    """What the real ubuntu-drivers in the container offers for its synthetic GPUs, best first."""
+    """What the real ubuntu-drivers in the container offers for its synthetic GPUs (in no order of
+    preference: ubuntu-drivers prints a dictionary)."""
     cmd = host.run(f"UBUNTU_DRIVERS_SYS_DIR={sys_dir} ubuntu-drivers list --gpgpu 2>/dev/null")
     assert cmd.rc == 0, cmd.stderr
     return [

@@ -13,17 +13,37 @@ from typing import Any
 
 import pytest
 import testinfra
-from conftest import SCENARIO, audit_as_user, branch_of, dpkg_status, gpgpu_offer, groups_of, run_playbook
+from conftest import (
+    SCENARIO,
+    audit_as_user,
+    branch_of,
+    dpkg_status,
+    gpgpu_offer,
+    gpgpu_recommended,
+    groups_of,
+    run_playbook,
+)
 
 
 def expected_driver(host: Any) -> str:
-    """The first offer that fits this node's switches, read from ubuntu-drivers here and now."""
+    """What ubuntu-drivers recommends here and now (`list --gpgpu --recommended`), or, where that does
+    not fit this node's switches, the recommended branch in the wanted flavour."""
     offer = gpgpu_offer(host)
     groups = groups_of(host)
-    if "driver_auto" in groups:
-        return next(p for p in offer if "-server" in p)
-    if "driver_old_gpu" in groups:
-        return next(p for p in offer if "-server" not in p)
+    recommended = gpgpu_recommended(host)
+    if "driver_auto" in groups:  # -server, open auto
+        if "-server" in recommended:
+            return recommended
+        branch = branch_of(recommended)
+        open_suffix = "-open" if recommended.endswith("-open") else ""
+        return next(
+            p
+            for p in (f"nvidia-driver-{branch}-server{open_suffix}", f"nvidia-driver-{branch}-server")
+            if p in offer
+        )
+    if "driver_old_gpu" in groups:  # non-server, open auto
+        assert "-server" not in recommended, recommended
+        return recommended
     # pinned 570 (transitional): the closed -server driver of the branch 570-server pulls in
     target = host.check_output(
         "apt-cache show --no-all-versions nvidia-driver-570-server | sed -n 's/^Depends: //p'"
@@ -116,8 +136,10 @@ def test_check_mode_plans_the_prebuilt_kernel_modules_ubuntu_drivers_names(host:
     listing = host.check_output(
         "UBUNTU_DRIVERS_SYS_DIR=/srv/fake-gpu-sys ubuntu-drivers list --gpgpu 2>/dev/null"
     )
-    first_server = next(line for line in listing.splitlines() if "-server" in line.split(",")[0])
-    modules = first_server.split("kernel modules provided by ")[1].rstrip(")")
+    wanted = expected_driver(host)
+    line = next(line for line in listing.splitlines() if line.split(",")[0] == wanted)
+    modules = line.split("kernel modules provided by ")[1].rstrip(")")
+    assert modules.startswith("linux-modules-nvidia-"), line
     before = dpkg_status(host)
     run = run_playbook(
         host, SCENARIO / "converge.yml", {"nvidia_driver_kernel_modules": "prebuilt"}, check=True

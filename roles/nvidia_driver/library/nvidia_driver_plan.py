@@ -46,10 +46,13 @@ DRIVER_PACKAGE = re.compile(
     r"^(nvidia-|libnvidia-|linux-modules-nvidia-|linux-objects-nvidia-|linux-signatures-nvidia-"
     r"|xserver-xorg-video-nvidia-)"
 )
+# One offer of `ubuntu-drivers list --gpgpu`: "PKG, (kernel modules provided by MODS)", or with
+# --recommended "PKG MODS", or PKG alone. Older releases print "None" when no module package exists.
 CANDIDATE = re.compile(
-    r"^nvidia-driver-(?P<branch>[0-9]+)(?P<server>-server)?(?P<open>-open)?"
-    r"(?:,\s*\(kernel modules provided by (?P<modules>[a-z0-9.+-]+)\))?\s*$"
+    r"^nvidia-(?:driver|headless-no-dkms)-(?P<branch>[0-9]+)(?P<server>-server)?(?P<open>-open)?"
+    r"(?:,?\s*\(kernel modules provided by (?P<modules>[A-Za-z0-9.+-]+)\)|\s+(?P<bare>[a-z0-9.+-]+))?\s*$"
 )
+PREBUILT_MODULES = "linux-modules-nvidia-"
 TRANSITIONAL_DEPTH = 5
 
 
@@ -72,19 +75,47 @@ class Candidate:
     def package(self) -> str:
         return f"nvidia-driver-{self.branch}{self.suffix}"
 
+    @property
+    def prebuilt(self) -> bool:
+        """Signed kernel modules built by Ubuntu for the installed kernel (not DKMS)."""
+        return bool(self.modules_package and self.modules_package.startswith(PREBUILT_MODULES))
+
+    def fits(self, server: bool, open_modules: str) -> bool:
+        return self.server == server and (open_modules == "auto" or self.open == (open_modules == "true"))
+
 
 def parse_gpgpu_list(text: str) -> list[Candidate]:
-    """`ubuntu-drivers list --gpgpu` output, best first; other lines (warnings) are ignored."""
+    """`ubuntu-drivers list --gpgpu [--recommended]` output in its printed order (which is no order of
+    preference: see choose); other lines (warnings) are ignored."""
     found = []
     for line in text.splitlines():
         match = CANDIDATE.match(line.strip())
         if match:
+            modules = match["modules"] or match["bare"]
             found.append(
                 Candidate(
-                    match["branch"], bool(match["server"]), bool(match["open"]), match["modules"] or None
+                    match["branch"],
+                    bool(match["server"]),
+                    bool(match["open"]),
+                    None if modules in (None, "None") else modules,
                 )
             )
     return found
+
+
+def recommendation(text: str | None) -> Candidate | None:
+    """ubuntu-drivers' own choice from `list --gpgpu --recommended`; None where this ubuntu-drivers has
+    no such option (an error) or prints more than one NVIDIA driver (an old release ignoring it)."""
+    if text is None:
+        return None
+    found = {c.package: c for c in parse_gpgpu_list(text)}
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
+def _newest(candidates: list[Candidate]) -> Candidate:
+    """The highest branch; between the same branch's variants, closed before open (ubuntu-drivers'
+    own comparator sorts -open after the closed driver)."""
+    return max(candidates, key=lambda c: (int(c.branch), not c.open))
 
 
 def count_pci_devices(sys_dir: str | Path) -> tuple[int, int]:
@@ -139,15 +170,16 @@ def choose(
     server: bool,
     open_modules: str,
     resolve_transitional: dict[str, str] | None = None,
+    recommended: Candidate | None = None,
 ) -> tuple[Candidate, list[str]]:
     """The candidate to install, and what to tell the user about how it was chosen.
 
-    resolve_transitional maps a pinned branch's package name to the package it really installs."""
+    resolve_transitional maps a pinned branch's package name to the package it really installs;
+    recommended is ubuntu-drivers' own choice (`list --gpgpu --recommended`), None where it has none.
+    The listing's order is never used: ubuntu-drivers prints a dictionary, in no preference order."""
     notes: list[str] = []
     offered = ", ".join(c.package for c in candidates) or "nothing"
-    flavour = [c for c in candidates if c.server == server]
-    if open_modules in ("true", "false"):
-        flavour = [c for c in flavour if c.open == (open_modules == "true")]
+    flavour = [c for c in candidates if c.fits(server, open_modules)]
     if not flavour:
         raise PlanError(
             f"ubuntu-drivers offers no {'-server' if server else 'non-server'} driver"
@@ -156,7 +188,7 @@ def choose(
             f"(offered: {offered}); change nvidia_driver_server or nvidia_driver_open"
         )
     if branch == "auto":
-        return flavour[0], [f"ubuntu-drivers recommends {flavour[0].package}"]
+        return _choose_auto(candidates, flavour, server, open_modules, recommended)
     wanted = branch
     pinned_package = f"nvidia-driver-{branch}{'-server' if server else ''}"
     real = (resolve_transitional or {}).get(pinned_package)
@@ -168,15 +200,59 @@ def choose(
                 f"nvidia_driver_branch={branch} is a transitional package in this archive: "
                 f"{pinned_package} installs {real}, so branch {wanted} is what gets installed"
             )
-    for candidate in flavour:
-        if candidate.branch == wanted:
-            notes.append(f"pinned branch {branch} gives {candidate.package}")
-            return candidate, notes
+    pinned = [c for c in flavour if c.branch == wanted]
+    if pinned:
+        # open=auto and both variants offered: the variant ubuntu-drivers recommends, else the closed one.
+        prefer_open = recommended.open if recommended else False
+        candidate = next((c for c in pinned if c.open == prefer_open), pinned[0])
+        notes.append(f"pinned branch {branch} gives {candidate.package}")
+        return candidate, notes
     raise PlanError(
         f"nvidia_driver_branch={branch} is not offered by ubuntu-drivers for this GPU"
         f"{' (it resolves to branch ' + wanted + ')' if wanted != branch else ''} "
         f"with these settings (offered: {offered}); pin one of the offered branches or use 'auto'"
     )
+
+
+def _flavour_words(server: bool, open_modules: str) -> str:
+    words = "-server" if server else "non-server"
+    if open_modules != "auto":
+        words += f" with {'open' if open_modules == 'true' else 'closed'} kernel modules"
+    return words
+
+
+def _choose_auto(
+    candidates: list[Candidate],
+    flavour: list[Candidate],
+    server: bool,
+    open_modules: str,
+    recommended: Candidate | None,
+) -> tuple[Candidate, list[str]]:
+    listed = {c.package: c for c in candidates}
+    if recommended is None:
+        chosen = _newest(flavour)
+        return chosen, [
+            "this ubuntu-drivers gives no recommendation (no `list --gpgpu --recommended`): took the "
+            f"highest branch offered as {_flavour_words(server, open_modules)}: {chosen.package}"
+        ]
+    if recommended.fits(server, open_modules):
+        # The full listing names the kernel modules package where the recommendation line does not.
+        chosen = listed.get(recommended.package, recommended)
+        if chosen.modules_package is None and recommended.modules_package:
+            chosen = recommended
+        return chosen, [f"ubuntu-drivers recommends {recommended.package}"]
+    same_branch = [c for c in flavour if c.branch == recommended.branch]
+    if not same_branch:
+        raise PlanError(
+            f"ubuntu-drivers recommends {recommended.package}, and its branch {recommended.branch} is not "
+            f"offered as {_flavour_words(server, open_modules)} (offered: {', '.join(listed) or 'nothing'}); "
+            "change nvidia_driver_server or nvidia_driver_open, or pin nvidia_driver_branch"
+        )
+    chosen = next((c for c in same_branch if c.open == recommended.open), same_branch[0])
+    return chosen, [
+        f"ubuntu-drivers recommends {recommended.package}; with nvidia_driver_server={server} and "
+        f"nvidia_driver_open={open_modules} its branch {recommended.branch} gives {chosen.package}"
+    ]
 
 
 def wanted_packages(
@@ -189,8 +265,15 @@ def wanted_packages(
     ]
     problems = []
     if kernel_modules == "prebuilt":
-        if chosen.modules_package:
-            packages.append(chosen.modules_package)
+        if chosen.prebuilt:
+            packages.append(str(chosen.modules_package))
+        elif chosen.modules_package:
+            problems.append(
+                f"nvidia_driver_kernel_modules=prebuilt but ubuntu-drivers offers {chosen.package} only with "
+                f"DKMS kernel modules ({chosen.modules_package}): Ubuntu builds no signed modules of this "
+                "branch for this kernel; set nvidia_driver_kernel_modules: dkms, or pin a branch that "
+                "has linux-modules-nvidia packages"
+            )
         else:
             problems.append(
                 "nvidia_driver_kernel_modules=prebuilt but ubuntu-drivers names no prebuilt "
@@ -337,6 +420,11 @@ def run_module() -> None:
     gpus, switches = count_pci_devices(p["sys_dir"])
     listing = run(["ubuntu-drivers", "list", "--gpgpu"], "ubuntu-drivers list --gpgpu")
     candidates = parse_gpgpu_list(listing)
+    # An ubuntu-drivers without --recommended exits non-zero (a usage error): no recommendation.
+    rc, recommended_out, _ = module.run_command(
+        ["ubuntu-drivers", "list", "--gpgpu", "--recommended"], environ_update=env
+    )
+    recommended = recommendation(str(recommended_out) if rc == 0 else None)
     if gpus == 0 and not candidates:
         module.fail_json(
             msg=f"no NVIDIA GPU found under {p['sys_dir']}/bus/pci/devices: apply nvidia_driver "
@@ -358,7 +446,7 @@ def run_module() -> None:
             resolved[package] = seen
 
     try:
-        chosen, notes = choose(candidates, p["branch"], p["server"], p["open"], resolved)
+        chosen, notes = choose(candidates, p["branch"], p["server"], p["open"], resolved, recommended)
         want_fm = p["fabricmanager"] == "true" or (p["fabricmanager"] == "auto" and switches > 0)
         packages, problems = wanted_packages(chosen, p["kernel_modules"], want_fm)
         if problems:
@@ -406,6 +494,7 @@ def run_module() -> None:
     module.exit_json(
         changed=False,
         offered=[c.package for c in candidates],
+        recommended=recommended.package if recommended else None,
         driver_package=chosen.package,
         branch=chosen.branch,
         server=chosen.server,
