@@ -3,7 +3,6 @@ hide the others. Fields a GPU does not support give ``skip``."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from dltune.probes.nvml import (
     SW_THERMAL,
     Gpu,
 )
+from dltune.probes.nvrm import UNKNOWN_DEVICE, GpuEvent
 
 THERMAL_MARGIN_C = 5
 HW_REASONS = HW_SLOWDOWN | HW_THERMAL | HW_POWER_BRAKE
@@ -290,10 +290,46 @@ def persistence(snap: Snapshot) -> list[Result]:
     return _per_gpu("gpu.persistence", snap, judge)
 
 
-# XIDs that mean the hardware (not the application) failed: double-bit ECC, micro-controller
-# halts, row-remap failure, NVLink, fallen off the bus, uncontained ECC, GSP errors, unrecovered ECC.
-HARDWARE_XIDS = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140})
-XID_LINE = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[0-9a-fA-F:.]+)\): (?P<xid>\d+)")
+# NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), column
+# "Resolution Bucket (Immediate Action)", for the Xids seen on training nodes. RESTART_APP and IGNORE
+# leave the GPU usable (warn); RESET_GPU, RESTART_BM (reboot the node) and CONTACT_SUPPORT take it out
+# (fail, critical). Xids 144-150 (NVLink) state Fatal/Nonfatal in the line itself, and Xid 154 states
+# the recovery action the driver wants; both are judged from the line.
+XID_BUCKETS: dict[int, str] = {
+    **dict.fromkeys((8, 13, 16, 31, 32, 38, 43, 68, 69, 94, 109), "RESTART_APP"),
+    **dict.fromkeys((45, 63, 92), "IGNORE"),
+    **dict.fromkeys((48, 62, 64, 74, 95, 119, 120, 121, 140), "RESET_GPU"),
+    79: "RESTART_BM",
+    **dict.fromkeys((61, 143), "CONTACT_SUPPORT"),
+}
+TAKES_GPU_OUT = frozenset({"RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT"})
+# Xid 154's recovery actions (nvmlDeviceGetRecoveryAction): 0 none, 1 GPU reset, 2 node reboot,
+# 3 drain P2P, 4 drain and reset.
+RECOVERY_BUCKETS = {0: "IGNORE", 1: "RESET_GPU", 2: "RESTART_BM", 3: "RESET_GPU", 4: "RESET_GPU"}
+EVENT_BUCKETS = {"fallen_off_bus": "RESTART_BM", "init_failed": "RESTART_BM", "gsp_timeout": "RESET_GPU"}
+BUCKET_REMEDY = {
+    "RESTART_BM": "drain the node and reboot it; replace the GPU if it recurs (`dmesg | grep NVRM`)",
+    "RESET_GPU": "drain the node; reset the GPU (nvidia-smi -r -i N) or reboot; replace it if it recurs",
+    "CONTACT_SUPPORT": "drain the node and open a case with the vendor (keep `nvidia-bug-report.sh` output)",
+}
+UNKNOWN_XID = "UNLISTED"
+
+
+def _bucket(event: GpuEvent) -> str:
+    if event.kind != "xid":
+        return EVENT_BUCKETS[event.kind]
+    xid_code = event.xid or 0
+    if xid_code == 154:
+        return RECOVERY_BUCKETS.get(event.recovery_action or 0, "RESET_GPU")
+    if 144 <= xid_code <= 150:
+        return "RESET_GPU" if event.severity_word == "Fatal" else "RESTART_APP"
+    return XID_BUCKETS.get(xid_code, UNKNOWN_XID)
+
+
+def _label(event: GpuEvent) -> str:
+    if event.kind == "xid":
+        return f"Xid {event.xid}" + (f" {event.severity_word}" if event.severity_word else "")
+    return event.kind.replace("_", " ")
 
 
 @check("gpu.xid")
@@ -301,35 +337,75 @@ def xid(snap: Snapshot) -> list[Result]:
     log = snap.kernel_log
     if log.text is None:
         return [Result("gpu.xid", Status.SKIP, f"kernel log not read: {log.error}")]
-    by_bus: dict[str, list[int]] = {}
-    for match in XID_LINE.finditer(log.text):
-        by_bus.setdefault(match["bus"].lower(), []).append(int(match["xid"]))
-    if not by_bus:
-        if not snap.nvml.available and snap.nvidia_module_version is None:
-            return [Result("gpu.xid", Status.SKIP, "no XID errors and no NVIDIA driver loaded")]
-        return [Result("gpu.xid", Status.PASS, "no XID errors in the kernel log since boot")]
+    nvrm = log.nvrm
+    since = "since the NVIDIA driver last loaded" if nvrm.driver_loads else "in the kernel log"
+    by_device: dict[str, list[GpuEvent]] = {}
+    for event in nvrm.events:
+        by_device.setdefault(event.device, []).append(event)
+    if not by_device:
+        if not snap.nvml.available and snap.nvidia_module_version is None and not nvrm.driver_loads:
+            return [Result("gpu.xid", Status.SKIP, "no NVIDIA driver messages and no NVIDIA driver loaded")]
+        return [
+            Result(
+                "gpu.xid",
+                Status.PASS,
+                f"no GPU error {since}",
+                evidence={
+                    "driver_loads": nvrm.driver_loads,
+                    "older_events_ignored": nvrm.dropped_before_load,
+                },
+            )
+        ]
     results = []
-    for bus, xids in sorted(by_bus.items()):
-        hardware = sorted(set(xids) & HARDWARE_XIDS)
-        counts = {str(x): xids.count(x) for x in sorted(set(xids))}
+    for device, events in sorted(by_device.items()):
+        buckets = [_bucket(e) for e in events]
+        # Xid 154 states the current recovery action: a later "to 0x0 (None)" means it was cleared.
+        recovery = [e for e in events if e.xid == 154]
+        serious = sorted({_label(e) for e, b in zip(events, buckets, strict=True) if b in TAKES_GPU_OUT})
+        if recovery and recovery[-1].recovery_action == 0:
+            serious = [label for label in serious if not label.startswith("Xid 154")]
+        worst = next((b for b in ("RESTART_BM", "RESET_GPU", "CONTACT_SUPPORT") if b in buckets), None)
+        counts: dict[str, int] = {}
+        for e in events:
+            counts[_label(e)] = counts.get(_label(e), 0) + 1
+        unlisted = sorted({_label(e) for e, b in zip(events, buckets, strict=True) if b == UNKNOWN_XID})
+        subject = device if device.startswith("minor") or device == UNKNOWN_DEVICE else f"PCI:{device}"
+        evidence = {
+            "events": counts,
+            "buckets": sorted(set(buckets)),
+            "first_lines": [e.line for e in events[:5]],
+            "since_driver_load": bool(nvrm.driver_loads),
+        }
+        if recovery:
+            evidence["recovery_action"] = recovery[-1].recovery_action_name
+        if serious and worst:
+            results.append(
+                Result(
+                    "gpu.xid",
+                    Status.FAIL,
+                    f"{', '.join(serious)} {since}: NVIDIA's catalog says {worst}",
+                    subject=subject,
+                    evidence=evidence,
+                    metrics={"xid_events": float(len(events))},
+                    critical=True,
+                    remedy=BUCKET_REMEDY[worst],
+                )
+            )
+            continue
         results.append(
             Result(
                 "gpu.xid",
-                Status.FAIL if hardware else Status.WARN,
-                (
-                    f"hardware XID(s) {', '.join(map(str, hardware))} since boot"
-                    if hardware
-                    else f"XID(s) {', '.join(counts)} since boot (usually raised by an application)"
+                Status.WARN,
+                f"{', '.join(counts)} {since}"
+                + (
+                    f" ({', '.join(unlisted)} not in dltune's copy of NVIDIA's catalog)"
+                    if unlisted
+                    else " (the application's error, per NVIDIA's catalog: restart it)"
                 ),
-                subject=f"PCI:{bus}",
-                evidence={"xid_counts": counts},
-                metrics={"xid_events": float(len(xids))},
-                critical=bool(hardware),
-                remedy=(
-                    "drain the node; reset the GPU (nvidia-smi -r) or reboot; replace it if it recurs"
-                    if hardware
-                    else "look at the job that ran when it was logged (`dmesg | grep Xid`)"
-                ),
+                subject=subject,
+                evidence=evidence,
+                metrics={"xid_events": float(len(events))},
+                remedy="look at the job that ran when it was logged (`dmesg | grep NVRM`)",
             )
         )
     return results

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from dltune.probes.hostfs import HostFS
+from dltune.probes.nvrm import NvrmLog, parse_nvrm
 from dltune.probes.runner import CommandRunner
 
 DPKG_STATUS = "/var/lib/dpkg/status"
@@ -48,6 +49,11 @@ def read_driver_packages(fs: HostFS) -> tuple[Package, ...] | None:
 class KernelLog:
     text: str | None
     error: str | None = None  # why it could not be read (e.g. needs root)
+
+    @property
+    def nvrm(self) -> NvrmLog:
+        """The NVIDIA driver's GPU events since it last loaded."""
+        return parse_nvrm(self.text or "")
 
 
 def read_kernel_log(fs: HostFS, runner: CommandRunner, euid: int | None = None) -> KernelLog:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 
 from dltune.checks.driver import branch, driver_loaded, module_version, nouveau, packages_held
@@ -131,7 +133,7 @@ def test_xid_errors_since_boot_per_gpu(tmp_path) -> None:  # type: ignore[no-unt
     results = {r.subject: r for r in xid(snap)}
     assert results["PCI:0000:3b:00"].status is Status.FAIL and results["PCI:0000:3b:00"].critical
     assert results["PCI:0000:86:00"].status is Status.WARN
-    assert results["PCI:0000:86:00"].evidence["xid_counts"] == {"13": 2}
+    assert results["PCI:0000:86:00"].evidence["events"] == {"Xid 13": 2}
     clean = _with(snap, kernel_log=KernelLog("eth0: link up\n"), nvml=NvmlState(True, driver_version="580.1"))
     assert [r.status for r in xid(clean)] == [Status.PASS]
 
@@ -147,3 +149,43 @@ def test_xid_check_needs_root_where_dmesg_is_restricted(tmp_path) -> None:  # ty
         (Status.SKIP, "kernel log not read: needs root (kernel.dmesg_restrict=1)")
     ]
     assert len(xid(collect_snapshot(tmp_path, areas=["gpu"], euid=0))) == 2
+
+
+def _xid_results(log: str) -> dict[str | None, Any]:
+    from dltune.probes import Snapshot
+    from dltune.probes.packages import KernelLog
+
+    return {r.subject: r for r in xid(Snapshot(root="/", kernel_log=KernelLog(log)))}
+
+
+def test_only_messages_since_the_driver_last_loaded_count() -> None:
+    """A node rebooted (or a driver reloaded) after a GPU loss stops failing, so a resumed node is not
+    drained again for an old Xid; a new event after the load still counts."""
+    old_loss = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"
+    load = "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 03:22:07 UTC 2024\n"
+    results = _xid_results(old_loss + load)
+    assert [r.status for r in results.values()] == [Status.PASS]
+    assert results[None].evidence["older_events_ignored"] == 1
+    later = "NVRM: Xid (PCI:0000:86:00): 13, pid=2222, Graphics Exception: ESR 0x404600=0x80000002\n"
+    assert {s: r.status for s, r in _xid_results(old_loss + load + later).items()} == {
+        "PCI:0000:86:00": Status.WARN
+    }
+
+
+def test_nvlink_and_recovery_action_lines_are_judged_by_what_they_state() -> None:
+    fatal = "NVRM: Xid (PCI:0000:04:00): 149, NETIR_LINK_DOWN Fatal XC0 i0 Link 03 (0x0 0x0)\n"
+    nonfatal = "NVRM: Xid (PCI:0000:05:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 00 (0x4 0x1 0x0 0x0)\n"
+    xid154 = "NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from"
+    reset = f"{xid154} 0x0 (None) to 0x1 (GPU Reset Required)\n"
+    cleared = f"{xid154} 0x1 (GPU Reset Required) to 0x0 (None)\n"
+    results = _xid_results(fatal + nonfatal + reset)
+    assert results["PCI:0000:04:00"].status is Status.FAIL and results["PCI:0000:04:00"].critical
+    assert results["PCI:0000:05:00"].status is Status.WARN
+    assert results["PCI:0008:01:00"].status is Status.FAIL
+    assert results["PCI:0008:01:00"].evidence["recovery_action"] == "GPU Reset Required"
+    assert _xid_results(reset + cleared)["PCI:0008:01:00"].status is Status.WARN
+
+
+def test_an_xid_missing_from_the_catalog_copy_is_a_warning_that_says_so() -> None:
+    result = _xid_results("NVRM: Xid (PCI:0000:65:00): 999, something new\n")["PCI:0000:65:00"]
+    assert result.status is Status.WARN and "not in dltune's copy" in result.summary

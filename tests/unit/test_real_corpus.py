@@ -7,6 +7,9 @@ from collections import Counter
 
 import pytest
 
+from dltune.checks.gpu import xid
+from dltune.probes import Snapshot
+from dltune.probes.packages import KernelLog
 from tests.conftest import load_role_module
 from tests.real_corpus import Sample, all_samples, samples
 
@@ -46,3 +49,17 @@ def test_ubuntu_drivers_offers(sample: Sample) -> None:
     package, modules = expect.split()
     assert (chosen.package, problems) == (package, []), (chosen, problems)
     assert modules in packages
+
+
+@pytest.mark.parametrize("sample", samples("kernel_log"), ids=str)
+def test_kernel_logs(sample: Sample) -> None:
+    """gpu.xid on the published kernel log (read as root: dmesg_restrict does not apply)."""
+    results = xid(Snapshot(root="/", kernel_log=KernelLog(sample.body)))
+    verdicts = {r.subject: r.status.value for r in results}
+    expected = {}
+    for part in sample.expect.split("; "):
+        status, subject = part.split(" ", 1)
+        expected[subject if subject.startswith("minor") else f"PCI:{subject}"] = status
+    assert verdicts == expected, [(r.subject, r.status.value, r.summary) for r in results]
+    for result in results:
+        assert result.critical == (result.status.value == "fail"), result
