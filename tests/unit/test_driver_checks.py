@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
+from typing import Any
 
 from dltune.checks.driver import branch, driver_loaded, module_version, nouveau, packages_held
 from dltune.checks.gpu import xid
