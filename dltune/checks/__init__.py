@@ -15,20 +15,58 @@ from dltune.probes import Snapshot
 CheckFn: TypeAlias = Callable[[Snapshot], Result | Sequence[Result]]
 
 _REGISTRY: dict[str, CheckFn] = {}
+_NEEDS: dict[str, tuple[str, ...]] = {}
+# Inputs a check may declare: the host's tables, by path, and roles' manifest fragments.
+TABLES = {"mountinfo": "/proc/self/mountinfo", "fstab": "/etc/fstab"}
+MANIFEST_PREFIX = "manifest:"
 
 
-def check(check_id: str) -> Callable[[CheckFn], CheckFn]:
+def check(check_id: str, needs: Sequence[str] = ()) -> Callable[[CheckFn], CheckFn]:
+    """Register a check. ``needs`` names what it cannot judge without (``mountinfo``, ``fstab``,
+    ``manifest:<role>``): when one is unreadable or corrupt, the check is not run and fails naming
+    the cause, so a broken input never reads as "nothing configured" or "nothing wrong"."""
     area = check_id.split(".", 1)[0]
     if area not in AREAS or "." not in check_id:
         raise ValueError(f"check id {check_id!r} must be <area>.<name> with area one of {AREAS}")
+    for need in needs:
+        if need not in TABLES and not need.startswith(MANIFEST_PREFIX):
+            raise ValueError(f"check {check_id}: unknown input {need!r}")
 
     def register(fn: CheckFn) -> CheckFn:
         if check_id in _REGISTRY:
             raise ValueError(f"check {check_id} registered twice")
         _REGISTRY[check_id] = fn
+        _NEEDS[check_id] = tuple(needs)
         return fn
 
     return register
+
+
+def blockers(snapshot: Snapshot, needs: Sequence[str]) -> dict[str, str]:
+    """The inputs among ``needs`` that could not be used, with why."""
+    found: dict[str, str] = {}
+    for need in needs:
+        if need in TABLES:
+            path = TABLES[need]
+            if path in snapshot.errors:
+                found[path] = snapshot.errors[path]
+            continue
+        role = need.removeprefix(MANIFEST_PREFIX)
+        problem = snapshot.manifest_problems.get(role) or snapshot.manifest_problems.get("*")
+        if problem:
+            found[f"{snapshot.manifest_dir}/{role}.json"] = problem
+    return found
+
+
+def _cannot_judge(check_id: str, found: dict[str, str]) -> Result:
+    return Result(
+        id=check_id,
+        status=Status.FAIL,
+        summary=f"cannot judge: {'; '.join(found.values())}",
+        evidence={"unusable_inputs": found},
+        remedy="repair or remove the file named (a role's fragment: apply that role again); "
+        "dltune never judges without it",
+    )
 
 
 def registered() -> dict[str, CheckFn]:
@@ -41,6 +79,10 @@ def run_checks(snapshot: Snapshot, areas: Iterable[str] | None = None) -> list[R
     results: list[Result] = []
     for check_id, fn in sorted(_REGISTRY.items()):
         if wanted is not None and check_id.split(".", 1)[0] not in wanted:
+            continue
+        found = blockers(snapshot, _NEEDS.get(check_id, ()))
+        if found:
+            results.append(_cannot_judge(check_id, found))
             continue
         try:
             outcome = fn(snapshot)

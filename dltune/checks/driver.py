@@ -133,7 +133,7 @@ def _major(version: str | None) -> str | None:
     return version.split(".", 1)[0] if version else None
 
 
-@check("driver.branch")
+@check("driver.branch", needs=("manifest:nvidia_driver",))
 def branch(snap: Snapshot) -> Result:
     expected = _manifest(snap).get("branch")
     loaded = snap.nvml.driver_version or snap.nvidia_module_version
@@ -159,7 +159,7 @@ def branch(snap: Snapshot) -> Result:
     )
 
 
-@check("driver.packages_held")
+@check("driver.packages_held", needs=("manifest:nvidia_driver",))
 def packages_held(snap: Snapshot) -> Result:
     installed = snap.driver_packages
     if installed is None:

@@ -41,7 +41,7 @@ def _values_in(kind: str, text: str) -> dict[str, str]:
     return found
 
 
-@check("env.cublas_workspace")
+@check("env.cublas_workspace", needs=("manifest:dl_env",))
 def cublas_workspace(snap: Snapshot) -> Result:
     manifest_value = dict(_manifest(snap).get("variables", {})).get(CUBLAS)
     if not in_job(snap):
@@ -91,7 +91,7 @@ def cublas_workspace(snap: Snapshot) -> Result:
     return Result("env.cublas_workspace", Status.PASS, f"{CUBLAS}={value} in this job", evidence=evidence)
 
 
-@check("env.node_files")
+@check("env.node_files", needs=("manifest:dl_env",))
 def node_files(snap: Snapshot) -> list[Result]:
     manifest = _manifest(snap)
     if not manifest:

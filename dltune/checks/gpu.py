@@ -44,7 +44,7 @@ def _per_gpu(check_id: str, snap: Snapshot, judge: Callable[[Gpu], Result]) -> l
     ]
 
 
-@check("gpu.present")
+@check("gpu.present", needs=("manifest:nvidia_driver",))
 def present(snap: Snapshot) -> list[Result]:
     if not snap.nvml.available:
         return [Result("gpu.present", Status.SKIP, f"NVML not available ({snap.nvml.error})")]

@@ -18,7 +18,7 @@ def expected_vips(snap: Snapshot) -> list[Mapping[str, Any]]:
     return [v for v in snap.expected.get("nfs_multivip", {}).get("vips", []) if isinstance(v, Mapping)]
 
 
-@check("network.vip_routes")
+@check("network.vip_routes", needs=("manifest:nfs_multivip",))
 def vip_routes(snap: Snapshot) -> list[Result]:
     vips = expected_vips(snap)
     if not vips:
@@ -57,7 +57,7 @@ def vip_routes(snap: Snapshot) -> list[Result]:
     return results
 
 
-@check("network.vip_spread")
+@check("network.vip_spread", needs=("manifest:nfs_multivip",))
 def vip_spread(snap: Snapshot) -> Result:
     vips = expected_vips(snap)
     if not vips:

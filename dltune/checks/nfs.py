@@ -38,7 +38,7 @@ def _option_gaps(planned: list[str], actual: tuple[str, ...]) -> dict[str, Any]:
     return gaps
 
 
-@check("nfs.fstab")
+@check("nfs.fstab", needs=("fstab", "manifest:nfs_multivip"))
 def fstab(snap: Snapshot) -> list[Result]:
     vips = expected_vips(snap)
     if not vips:
@@ -77,7 +77,7 @@ def fstab(snap: Snapshot) -> list[Result]:
     return results
 
 
-@check("nfs.vip_mounts")
+@check("nfs.vip_mounts", needs=("mountinfo", "manifest:nfs_multivip"))
 def vip_mounts(snap: Snapshot) -> list[Result]:
     vips = expected_vips(snap)
     manifest = _manifest(snap)
@@ -121,7 +121,7 @@ def vip_mounts(snap: Snapshot) -> list[Result]:
     return results
 
 
-@check("nfs.responsive")
+@check("nfs.responsive", needs=("mountinfo", "manifest:nfs_multivip"))
 def responsive(snap: Snapshot) -> list[Result]:
     if not snap.nfs_responsive:
         return [Result("nfs.responsive", Status.SKIP, "no NFS mounts")]

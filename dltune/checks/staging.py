@@ -28,7 +28,7 @@ def is_remote(fstype: str) -> bool:
     return fstype in REMOTE_FSTYPES or fstype.startswith("fuse.")
 
 
-@check("staging.slurm_tmpdir")
+@check("staging.slurm_tmpdir", needs=("manifest:slurm_tmpdir",))
 def slurm_tmpdir(snap: Snapshot) -> Result:
     if not in_job(snap):
         return Result("staging.slurm_tmpdir", Status.SKIP, "not inside a Slurm job (SLURM_JOB_ID unset)")
@@ -91,7 +91,7 @@ def slurm_tmpdir(snap: Snapshot) -> Result:
     )
 
 
-@check("staging.slurm_hooks")
+@check("staging.slurm_hooks", needs=("manifest:slurm_tmpdir",))
 def slurm_hooks(snap: Snapshot) -> Result:
     manifest = _manifest(snap)
     if not manifest:

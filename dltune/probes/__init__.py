@@ -44,6 +44,8 @@ class Snapshot:
     reboot: RebootState = RebootState(required=False)
     expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     manifest_dir: str = MANIFEST_DIR
+    # role -> why its fragment cannot be used (unreadable, not JSON, wrong shape); "*": the directory
+    manifest_problems: Mapping[str, str] = field(default_factory=dict)
     # UUID -> device path; None: looked up and not found; missing key: could not look it up.
     uuid_devices: Mapping[str, str | None] = field(default_factory=dict)
     space: Mapping[str, SpaceInfo] = field(default_factory=dict)
@@ -95,9 +97,11 @@ def collect_snapshot(
             return None
 
     mountinfo = read("/proc/self/mountinfo")
-    fstab = read("/etc/fstab")
-    expected, manifest_errors = read_manifest(fs)
-    errors.update({f"{MANIFEST_DIR}/{name}": msg for name, msg in manifest_errors.items()})
+    # No /etc/fstab at all (a container) is an empty table; one that cannot be read is an error.
+    fstab = (
+        "" if not fs.exists("/etc/fstab") and not fs.path("/etc/fstab").is_symlink() else read("/etc/fstab")
+    )
+    expected, manifest_problems = read_manifest(fs)
     mounts = parse_mountinfo(mountinfo) if mountinfo is not None else ()
     disks = expected.get("data_disks", {}).get("disks", [])
     uuids = [str(d["uuid"]) for d in disks if isinstance(d, dict) and d.get("uuid")]
@@ -112,6 +116,7 @@ def collect_snapshot(
         mem_total_kb=_mem_total_kb(read("/proc/meminfo")),
         reboot=_reboot_state(fs),
         expected=expected,
+        manifest_problems=manifest_problems,
         uuid_devices=resolve_uuids(fs, runner, uuids),
         space=space_of(fs, data_mount_points(mounts, expected)) if needed("storage") else {},
         # NVML answers for the running host only: a fixture tree has no GPUs to ask.

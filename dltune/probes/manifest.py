@@ -1,4 +1,9 @@
-"""The roles' manifest fragments: ``/etc/dltune/expected.d/<role>.json``."""
+"""The roles' manifest fragments: ``/etc/dltune/expected.d/<role>.json``, validated when read.
+
+A fragment that cannot be read, is not JSON, or does not fit its role's schema is never taken as
+"no manifest" (that would turn drift into best-practice warnings): it is reported by role, and the
+checks that judge against that role fail naming the file and the problem (DESIGN contract: a node
+condition that prevents a judgement is a ``fail``)."""
 
 from __future__ import annotations
 
@@ -7,25 +12,130 @@ from collections.abc import Mapping
 from typing import Any
 
 from dltune.probes.hostfs import HostFS
+from dltune.schema import Field, of, optional, validate
 
 MANIFEST_DIR = "/etc/dltune/expected.d"
+# A fragment is a few KiB; anything far larger is not one of ours (and must not exhaust memory).
+MAX_FRAGMENT_BYTES = 1 << 20
+
+_STRINGS = of(list, items=of(str))
+_COMMON: dict[str, Field] = {
+    "schema_version": of(int, choices=(1,)),
+    "role": of(str),
+    "tool_version": optional(str),
+}
+# What each role writes (roles/<role>/tasks: dltune_fragment_content) and the checks read.
+ROLE_KEYS: dict[str, dict[str, Field]] = {
+    "tmpfs_tmp": {
+        "mount_point": of(str),
+        "fstype": optional(str),
+        "size": of(str, int),  # "10%", "8G"; a bare number of bytes may arrive as an integer
+        "options": _STRINGS,
+        "live_mount": optional(str, bool),
+    },
+    "data_disks": {
+        "disks": of(
+            list,
+            items=of(
+                dict,
+                keys={
+                    "mount_point": of(str),
+                    "uuid": of(str),
+                    "fstype": optional(str),
+                    "options": optional(list, items=of(str)),
+                },
+            ),
+        ),
+        "system_noatime": optional(list, items=of(str)),
+    },
+    "nvidia_driver": {
+        "branch": of(str, int),
+        "pinned_branch": optional(str, int),
+        "driver_package": optional(str),
+        "packages": optional(list, items=of(str)),
+        "held_packages": optional(list, items=of(str)),
+        "gpu_count": optional(int, minimum=0, maximum=1024),
+        "nvswitch_count": optional(int, minimum=0, maximum=1024),
+        "fabricmanager": optional(bool),
+        "persistenced": optional(bool),
+    },
+    "nfs_multivip": {
+        "server_path": of(str),
+        "state": of(str),
+        "options": optional(list, items=of(str)),
+        "route_persistence": optional(str),
+        "vips": of(
+            list,
+            items=of(
+                dict,
+                keys={
+                    "address": of(str),
+                    "mount_point": of(str),
+                    "interface": optional(str, type(None)),
+                    "source": optional(str, type(None)),
+                },
+            ),
+        ),
+    },
+    "dl_env": {
+        "variables": of(dict, items=of(str, int, float, bool)),
+        "cache_dir": optional(str, type(None)),
+        "cache_variables": optional(list, items=of(str)),
+        "files": optional(dict, items=of(str)),
+    },
+    "slurm_tmpdir": {
+        "base": of(str),
+        "set_tmpdir": optional(bool),
+        "conf": optional(str),
+        "manage_conf": optional(bool),
+        "hooks": optional(dict, items=of(str)),
+        "site_hooks": optional(dict, items=of(str)),
+        "job_env": optional(str),
+    },
+}
+
+
+def fragment_schema(role: str) -> Field:
+    return of(dict, keys={**_COMMON, **ROLE_KEYS.get(role, {})})
+
+
+def check_fragment(role: str, data: Any) -> list[str]:
+    """Problems of one parsed fragment (empty when it fits the role's schema)."""
+    problems = validate(data, fragment_schema(role))
+    if not problems and data.get("role") != role:
+        problems.append(f"$.role: {data.get('role')!r}, but the file is named {role}.json")
+    return problems
 
 
 def read_manifest(fs: HostFS) -> tuple[dict[str, Mapping[str, Any]], dict[str, str]]:
-    """Fragments by role, and errors by file name for fragments that could not be used."""
+    """Valid fragments by role, and the problem by role for every fragment that cannot be used."""
     fragments: dict[str, Mapping[str, Any]] = {}
-    errors: dict[str, str] = {}
+    problems: dict[str, str] = {}
     directory = fs.path(MANIFEST_DIR)
-    if not directory.is_dir():
-        return fragments, errors
-    for path in sorted(directory.glob("*.json")):
+    try:
+        paths = sorted(directory.glob("*.json")) if directory.is_dir() else []
+    except OSError as exc:
+        return {}, {"*": f"{MANIFEST_DIR}: {exc.strerror or exc}"}
+    for path in paths:
+        role = path.stem
+        where = f"{MANIFEST_DIR}/{path.name}"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            errors[path.name] = str(exc)
+            with path.open("rb") as handle:
+                raw = handle.read(MAX_FRAGMENT_BYTES + 1)
+        except OSError as exc:
+            problems[role] = f"{where} cannot be read: {exc.strerror or exc}"
             continue
-        if not isinstance(data, dict) or data.get("schema_version") != 1 or "role" not in data:
-            errors[path.name] = "not a schema_version 1 fragment with a role"
+        if len(raw) > MAX_FRAGMENT_BYTES:
+            problems[role] = f"{where} is larger than {MAX_FRAGMENT_BYTES} bytes: not a manifest fragment"
             continue
-        fragments[str(data["role"])] = data
-    return fragments, errors
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            problems[role] = f"{where} is not valid JSON: {exc}"
+            continue
+        found = check_fragment(role, data)
+        if found:
+            problems[role] = f"{where} does not fit role {role}'s manifest: {'; '.join(found[:5])}"
+            continue
+        fragments[role] = data
+    return fragments, problems

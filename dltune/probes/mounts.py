@@ -7,11 +7,20 @@ from dataclasses import dataclass
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 _BLANKS = re.compile(r"[ \t]+")
+_ASCII_NUMBER = re.compile(r"[0-9]+")
+# libmount's tags (blkid_parse_tag_string): NAME=value, NAME="value" or NAME='value'.
+_QUOTED_TAG = re.compile(r"^(?P<name>UUID|LABEL|PARTUUID|PARTLABEL|ID)=(?P<q>[\"'])(?P<value>.*)(?P=q)$")
 
 
 def unescape(field: str) -> str:
     """Undo the kernel's and fstab's octal escapes (``\\040`` space, ``\\011`` tab, ``\\134`` backslash)."""
     return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def normalize_spec(spec: str) -> str:
+    """An fstab source as mount(8) resolves it: a quoted tag (UUID="x") is the same as UUID=x."""
+    match = _QUOTED_TAG.match(spec)
+    return f"{match['name']}={match['value']}" if match else spec
 
 
 def parse_options(text: str) -> tuple[str, ...]:
@@ -123,7 +132,8 @@ def parse_fstab(text: str) -> Fstab:
             reason = f"{len(fields)} field(s), at least 3 needed (spec, mount point, type)"
         elif len(fields) > 6:
             reason = f"{len(fields)} fields, at most 6 allowed"
-        elif any(not f.isdigit() for f in fields[4:6]):
+        elif any(not _ASCII_NUMBER.fullmatch(f) for f in fields[4:6]):
+            # str.isdigit() accepts "²", which int() then refuses: only ASCII digits are numbers here.
             reason = "dump and pass must be numbers"
         if reason is not None:
             unparsed.append(UnparsedLine(line_no, line, reason))
@@ -131,7 +141,7 @@ def parse_fstab(text: str) -> Fstab:
         entries.append(
             FstabEntry(
                 line_no=line_no,
-                spec=unescape(fields[0]),
+                spec=normalize_spec(unescape(fields[0])),
                 mount_point=unescape(fields[1]),
                 fstype=fields[2],
                 options=parse_options(fields[3]) if len(fields) > 3 else ("defaults",),

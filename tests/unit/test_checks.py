@@ -87,9 +87,33 @@ def test_manifest_with_other_size_is_what_is_judged() -> None:
     assert tmp_tmpfs(snap((ROOT, tmpfs()), fstab, expected)).status is Status.FAIL
 
 
-def test_unreadable_mount_table_is_an_error_not_a_verdict() -> None:
-    s = Snapshot(root="/x", errors={"/proc/self/mountinfo": "FileNotFoundError"})
-    assert tmp_tmpfs(s).status is Status.ERROR
+def test_an_unreadable_table_fails_every_check_that_needs_it_and_names_why() -> None:
+    """Never a verdict on the contents (no "not mounted", no "every line parses"), never an error
+    (dltune is fine: the node's file is not), by the contract."""
+    unreadable = Snapshot(
+        root="/x",
+        errors={
+            "/proc/self/mountinfo": "PermissionError: Permission denied",
+            "/etc/fstab": "IsADirectoryError: Is a directory",
+        },
+    )
+    results = {r.id: r for r in run_checks(unreadable, ["storage", "nfs"])}
+    for check_id in ("storage.tmp_tmpfs", "storage.fstab_parse", "nfs.fstab", "nfs.vip_mounts"):
+        assert results[check_id].status is Status.FAIL, results[check_id]
+        assert results[check_id].summary.startswith("cannot judge"), results[check_id]
+    assert "Permission denied" in results["storage.tmp_tmpfs"].summary
+    assert "/etc/fstab" in results["storage.fstab_parse"].evidence["unusable_inputs"]
+    assert results["storage.tmp_tmpfs"].critical is False
+
+
+def test_a_corrupt_manifest_fails_its_roles_checks_and_names_the_file() -> None:
+    corrupt = Snapshot(
+        root="/x", manifest_problems={"tmpfs_tmp": "/etc/dltune/expected.d/tmpfs_tmp.json is not valid JSON"}
+    )
+    result = next(r for r in run_checks(corrupt, ["storage"]) if r.id == "storage.tmp_tmpfs")
+    assert result.status is Status.FAIL and "tmpfs_tmp.json is not valid JSON" in result.summary
+    others = [r for r in run_checks(corrupt, ["storage"]) if r.id != "storage.tmp_tmpfs"]
+    assert all("cannot judge" not in r.summary for r in others)
 
 
 @pytest.mark.parametrize(

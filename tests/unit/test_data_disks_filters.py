@@ -64,6 +64,20 @@ def test_system_noatime_without_a_line_is_an_error() -> None:
         filters.data_disks_fstab(FSTAB, [], ["/home"])
 
 
+def test_a_line_mount_cannot_use_is_never_taken_for_the_system_mount() -> None:
+    """Two fields (no type) for /: appending noatime would make "noatime" the filesystem type. The
+    line is not one mount(8) uses (the audit's rule), so the role stops, naming the mount point."""
+    with pytest.raises(ValueError, match="no fstab line for /"):
+        filters.data_disks_fstab("UUID=1111 /\n", [], ["/"])
+    assert parse_fstab("UUID=1111 /\n").unparsed
+
+
+def test_a_quoted_uuid_line_is_the_same_line_and_stays_untouched() -> None:
+    quoted = 'UUID="aaaa" /data/a ext4 defaults,noatime,errors=remount-ro,nofail 0 2\n'
+    assert filters.data_disks_fstab(quoted, [DISK], []) == quoted
+    assert parse_fstab(quoted).entries[0].spec == "UUID=aaaa"
+
+
 @given(
     st.lists(
         st.sampled_from(

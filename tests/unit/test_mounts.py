@@ -89,12 +89,13 @@ def test_broken_manifest_fragment_is_reported_not_raised(tmp_path) -> None:  # t
     manifest.mkdir(parents=True)
     (manifest / "tmpfs_tmp.json").write_text("{not json")
     (manifest / "other.json").write_text('{"schema_version": 2, "role": "x"}')
+    (manifest / "data_disks.json").write_text('{"schema_version": 1, "role": "data_disks", "disks": "/data"}')
     snap = collect_snapshot(tmp_path)
     assert snap.expected == {}
-    assert set(snap.errors) >= {
-        "/etc/dltune/expected.d/tmpfs_tmp.json",
-        "/etc/dltune/expected.d/other.json",
-    }
+    assert set(snap.manifest_problems) == {"tmpfs_tmp", "other", "data_disks"}
+    assert "tmpfs_tmp.json is not valid JSON" in snap.manifest_problems["tmpfs_tmp"]
+    assert "$.schema_version" in snap.manifest_problems["other"]
+    assert "$.disks: a list expected, found a string" in snap.manifest_problems["data_disks"]
 
 
 def test_only_the_asked_areas_are_probed(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -103,7 +104,7 @@ def test_only_the_asked_areas_are_probed(tmp_path) -> None:  # type: ignore[no-u
     manifest = tmp_path / "etc/dltune/expected.d"
     manifest.mkdir(parents=True)
     (manifest / "data_disks.json").write_text(
-        '{"schema_version": 1, "role": "data_disks", "disks": [{"mount_point": "/"}]}'
+        '{"schema_version": 1, "role": "data_disks", "disks": [{"mount_point": "/", "uuid": "x"}]}'
     )
     assert "/" in collect_snapshot(tmp_path, areas=["storage"]).space
     assert collect_snapshot(tmp_path, areas=["gpu"]).space == {}

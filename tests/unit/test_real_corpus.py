@@ -9,12 +9,14 @@ import pytest
 
 from dltune.checks.gpu import xid
 from dltune.probes import Snapshot
+from dltune.probes.mounts import fstab_entry_for, mount_at, parse_fstab, parse_mountinfo, unescape
 from dltune.probes.packages import KernelLog
 from tests.conftest import load_role_module
 from tests.real_corpus import Sample, all_samples, samples
 
 pytest.importorskip("ansible")
 plan = load_role_module("roles/nvidia_driver/library/nvidia_driver_plan.py", "nvidia_driver_plan")
+data_disks_filters = load_role_module("roles/data_disks/filter_plugins/data_disks.py", "data_disks_filters")
 
 MINIMUM_PER_KIND = 5
 
@@ -63,3 +65,39 @@ def test_kernel_logs(sample: Sample) -> None:
     assert verdicts == expected, [(r.subject, r.status.value, r.summary) for r in results]
     for result in results:
         assert result.critical == (result.status.value == "fail"), result
+
+
+def _expectations(sample: Sample) -> list[list[str]]:
+    return [part.split(" ") for part in sample.expect.split("; ")]
+
+
+@pytest.mark.parametrize("sample", samples("fstab"), ids=str)
+def test_fstabs(sample: Sample) -> None:
+    """The audit's parser (util-linux rules) and the data_disks role's reader agree on every line."""
+    fstab = parse_fstab(sample.body)
+    for words in _expectations(sample):
+        if words[0] == "entries":
+            assert len(fstab.entries) == int(words[1]), fstab
+        elif words[0] == "unparsed":
+            assert len(fstab.unparsed) == int(words[1]), fstab.unparsed
+        elif words[0] == "spec":
+            entry = fstab_entry_for(fstab, words[1])
+            assert entry is not None and entry.spec == words[2], entry
+    assert len(fstab.entries) + len(fstab.unparsed) == len(
+        [line for line in sample.body.splitlines() if line.strip() and not line.strip().startswith("#")]
+    )
+    role_points = data_disks_filters.data_disks_fstab_mount_points(sample.body)
+    assert role_points == [e.mount_point for e in fstab.entries], (role_points, fstab)
+
+
+@pytest.mark.parametrize("sample", samples("mountinfo"), ids=str)
+def test_mountinfos(sample: Sample) -> None:
+    mounts = parse_mountinfo(sample.body)
+    for words in _expectations(sample):
+        if words[0] == "mounts":
+            assert len(mounts) == int(words[1])
+        elif words[0] == "visible":
+            mount = mount_at(mounts, unescape(words[1]))
+            assert mount is not None and mount.fstype == words[2], mount
+            if len(words) > 3:
+                assert words[3] in mount.options, mount

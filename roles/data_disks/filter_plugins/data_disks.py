@@ -16,6 +16,9 @@ from typing import Any
 ATIME_OPTIONS = frozenset({"atime", "noatime", "relatime", "norelatime", "strictatime", "nostrictatime"})
 _FIELD = re.compile(r"[^ \t]+")
 _OCTAL = re.compile(r"\\([0-7]{3})")
+_ASCII_NUMBER = re.compile(r"[0-9]+")
+# libmount's tags: NAME=value, NAME="value" or NAME='value' name the same device.
+_QUOTED_TAG = re.compile(r"^(?P<name>UUID|LABEL|PARTUUID|PARTLABEL|ID)=(?P<q>[\"'])(?P<value>.*)(?P=q)$")
 
 
 def _unescape(text: str) -> str:
@@ -27,18 +30,28 @@ def _escape(text: str) -> str:
 
 
 def _entry_fields(line: str) -> list[re.Match[str]] | None:
+    """The fields of an fstab line mount(8) uses; None for comments, blank and unusable lines (the same
+    rules as dltune's audit parser: 3 to 6 fields, dump and pass ASCII numbers)."""
     stripped = line.strip(" \t\r")
     if not stripped or stripped.startswith("#"):
         return None
     fields = list(_FIELD.finditer(line.rstrip("\r")))
-    return fields if len(fields) >= 2 else None
+    if not 3 <= len(fields) <= 6 or any(not _ASCII_NUMBER.fullmatch(f.group()) for f in fields[4:6]):
+        return None
+    return fields
+
+
+def _spec(field: str) -> str:
+    text = _unescape(field)
+    match = _QUOTED_TAG.match(text)
+    return f"{match['name']}={match['value']}" if match else text
 
 
 def _normalized(fields: list[str]) -> tuple[str, ...]:
-    """fstab fields with mount(8)'s defaults filled in and escapes undone, for comparison."""
+    """fstab fields with mount(8)'s defaults filled in, escapes and tag quotes undone, for comparison."""
     if 3 <= len(fields) < 6:
         fields = [*fields, *["defaults", "0", "0"][len(fields) - 3 :]]
-    return (_unescape(fields[0]), _unescape(fields[1]), *fields[2:])
+    return (_spec(fields[0]), _unescape(fields[1]), *fields[2:])
 
 
 def _render(entry: dict[str, Any]) -> str:
