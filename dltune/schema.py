@@ -57,9 +57,8 @@ def _expected(kinds: tuple[type, ...]) -> str:
 
 def validate(value: Any, spec: Field, path: str = "$") -> list[str]:
     if not _type_ok(value, spec.kinds):
-        return [
-            f"{path}: {_expected(spec.kinds)} expected, found {JSON_TYPE_NAMES.get(type(value), type(value).__name__)}"
-        ]
+        found = JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+        return [f"{path}: {_expected(spec.kinds)} expected, found {found}"]
     problems: list[str] = []
     if spec.choices is not None and value not in spec.choices:
         problems.append(f"{path}: {value!r} is not one of {', '.join(map(repr, spec.choices))}")
