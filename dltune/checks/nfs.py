@@ -89,6 +89,7 @@ def vip_mounts(snap: Snapshot) -> list[Result]:
         ]
     planned = [str(o) for o in manifest.get("options", [])]
     by_point = {m.mount_point.rstrip("/"): m for m in snap.mounts if m.fstype in NFS_FSTYPES}
+    shared = _shared_connections(snap, [str(v["mount_point"]).rstrip("/") for v in vips])
     results = []
     for vip in vips:
         mount_point, source = str(vip["mount_point"]), f"{vip['address']}:{manifest.get('server_path')}"
@@ -106,19 +107,51 @@ def vip_mounts(snap: Snapshot) -> list[Result]:
             )
             continue
         gaps = _option_gaps(planned, mount.options)
-        ok = mount.source == source and not gaps
+        sharing = shared.get(mount_point.rstrip("/"), [])
+        ok = mount.source == source and not gaps and not sharing
+        problems = [f"differs from the plan ({source}, {gaps})"] if mount.source != source or gaps else []
+        if sharing:
+            problems.append(
+                f"shares one TCP connection with {', '.join(sharing)}: one VIP's bandwidth, not two"
+            )
+        stats = snap.nfs_stats.get(mount.mount_point)
         results.append(
             Result(
                 "nfs.vip_mounts",
                 Status.PASS if ok else Status.FAIL,
-                f"{mount.source} on {mount_point}"
-                + ("" if ok else f": differs from the plan ({source}, {gaps})"),
+                f"{mount.source} on {mount_point}" + ("" if ok else f": {'; '.join(problems)}"),
                 subject=mount_point,
-                evidence={"source": mount.source, "option_gaps": gaps},
+                evidence={
+                    "source": mount.source,
+                    "option_gaps": gaps,
+                    "transports": [
+                        {"protocol": t.protocol, "source_port": t.source_port, "connects": t.connects}
+                        for t in (stats.transports if stats else ())
+                    ],
+                    "shares_connection_with": sharing,
+                },
                 remedy=None if ok else f"umount {mount_point} && mount {mount_point} (fstab has the plan)",
             )
         )
     return results
+
+
+def _shared_connections(snap: Snapshot, mount_points: list[str]) -> dict[str, list[str]]:
+    """VIP mount point -> the other VIP mount points whose TCP transport has the same client port
+    (mountstats' xprt line): one connection carries them all."""
+    by_port: dict[int, list[str]] = {}
+    for mount_point in mount_points:
+        stats = snap.nfs_stats.get(mount_point) or snap.nfs_stats.get(mount_point + "/")
+        for transport in stats.transports if stats else ():
+            if transport.protocol == "tcp" and transport.source_port:
+                by_port.setdefault(transport.source_port, []).append(mount_point)
+    shared: dict[str, list[str]] = {}
+    for points in by_port.values():
+        for point in points:
+            others = sorted(set(points) - {point})
+            if others:
+                shared[point] = others
+    return shared
 
 
 @check("nfs.responsive", needs=("mountinfo", "manifest:nfs_multivip"))

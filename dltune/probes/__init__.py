@@ -14,6 +14,7 @@ from dltune.probes.hostfs import HostFS
 from dltune.probes.jobenv import PathInfo, job_paths, read_files, relevant_environ
 from dltune.probes.manifest import MANIFEST_DIR, read_manifest
 from dltune.probes.mounts import Fstab, Mount, parse_fstab, parse_mountinfo
+from dltune.probes.mountstats import NfsMountStats, parse_mountstats
 from dltune.probes.network import (
     NFS_FSTYPES,
     Responsiveness,
@@ -58,6 +59,8 @@ class Snapshot:
     vip_routes: Mapping[str, RouteChoice] = field(default_factory=dict)
     # NFS mount point -> whether statfs answered within the timeout (nfs area)
     nfs_responsive: Mapping[str, Responsiveness] = field(default_factory=dict)
+    # NFS mount point -> its options and RPC transport(s), from /proc/self/mountstats (nfs area)
+    nfs_stats: Mapping[str, NfsMountStats] = field(default_factory=dict)
     kernel_log: KernelLog = field(default_factory=lambda: KernelLog(None, "not probed"))
     # env/staging: the audit's own environment (job variables only), its uid, the dl_env files and
     # slurm.conf by path, lstat facts of $SLURM_TMPDIR, the scratch base and the hooks by path.
@@ -127,7 +130,7 @@ def collect_snapshot(
             if needed("gpu", "driver")
             else NvmlState(False, "not probed: gpu and driver areas not asked for")
         ),
-        nvidia_module_version=_nvidia_module_version(read_optional(fs, "/proc/driver/nvidia/version")),
+        nvidia_module_version=nvidia_module_version(read_optional(fs, "/proc/driver/nvidia/version")),
         kernel_modules=frozenset(
             line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line
         ),
@@ -140,6 +143,11 @@ def collect_snapshot(
         nfs_responsive=(
             probe_responsive_many([m.mount_point for m in mounts if m.fstype in NFS_FSTYPES], nfs_timeout)
             if needed("nfs") and fs.root == Path("/")
+            else {}
+        ),
+        nfs_stats=(
+            {m.mount_point: m for m in parse_mountstats(read_optional(fs, "/proc/self/mountstats") or "").nfs}
+            if needed("nfs")
             else {}
         ),
         kernel_log=(
@@ -176,7 +184,7 @@ def read_optional(fs: HostFS, host_path: str) -> str | None:
         return None
 
 
-def _nvidia_module_version(text: str | None) -> str | None:
+def nvidia_module_version(text: str | None) -> str | None:
     # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 ..."
     match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9]+(?:\.[0-9]+)+)", text or "")
     return match.group(1) if match else None

@@ -29,9 +29,12 @@ def route_to(runner: CommandRunner, address: str) -> RouteChoice:
         return RouteChoice(None, None, done.stderr.strip() or f"ip route get failed (rc={done.returncode})")
     try:
         first = json.loads(done.stdout)[0]
-    except (ValueError, IndexError, TypeError):
+    except (ValueError, IndexError, TypeError, KeyError, RecursionError):
+        first = None
+    if not isinstance(first, dict):
         return RouteChoice(None, None, f"unreadable ip -j output: {done.stdout[:80]!r}")
-    return RouteChoice(first.get("dev"), first.get("prefsrc"))
+    dev, prefsrc = first.get("dev"), first.get("prefsrc")
+    return RouteChoice(dev if isinstance(dev, str) else None, prefsrc if isinstance(prefsrc, str) else None)
 
 
 @dataclass(frozen=True)

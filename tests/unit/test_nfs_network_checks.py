@@ -90,6 +90,30 @@ def test_mounts_are_judged_against_the_plan(tmp_path: Path) -> None:
     assert [r.status for r in responsive(snap)] == [Status.SKIP]
 
 
+def test_two_vip_mounts_on_one_tcp_connection_fail(tmp_path: Path) -> None:
+    """mountstats' xprt line names each mount's client port: the same port on two VIP mounts means one
+    connection carries both, the bandwidth of one VIP (what nfs_multivip exists to avoid)."""
+    root = tree(tmp_path, {})
+    (root / "proc/self/mountinfo").write_text(MOUNTINFO.replace("soft", "hard"))
+
+    def stats(port_a: int, port_b: int) -> str:
+        return "".join(
+            f"device {v['address']}:/nfs0 mounted on {v['mount_point']} with fstype nfs statvers=1.1\n"
+            f"\topts:\trw,vers=3,proto=tcp\n\txprt:\ttcp {port} 1 1 0 0 10 10 0 10 0 2 0 0\n"
+            for v, port in zip(MANIFEST["vips"], (port_a, port_b), strict=True)  # type: ignore[call-overload]
+        )
+
+    (root / "proc/self/mountstats").write_text(stats(875, 876))
+    separate = {r.subject: r for r in vip_mounts(collect_snapshot(root, areas=["nfs"]))}
+    assert {s: r.status for s, r in separate.items()} == {"/mnt/nfs0": Status.PASS, "/mnt/nfs1": Status.PASS}
+    assert separate["/mnt/nfs0"].evidence["transports"][0]["source_port"] == 875
+    (root / "proc/self/mountstats").write_text(stats(875, 875))
+    shared = {r.subject: r for r in vip_mounts(collect_snapshot(root, areas=["nfs"]))}
+    assert shared["/mnt/nfs1"].status is Status.FAIL
+    assert shared["/mnt/nfs1"].evidence["shares_connection_with"] == ["/mnt/nfs0"]
+    assert "one TCP connection" in shared["/mnt/nfs1"].summary
+
+
 def test_present_state_skips_the_mount_check_and_no_manifest_skips_all() -> None:
     present = Snapshot(root="/", expected={"nfs_multivip": {**MANIFEST, "state": "present"}})
     assert [r.status for r in vip_mounts(present)] == [Status.SKIP]

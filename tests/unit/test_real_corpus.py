@@ -8,9 +8,12 @@ from collections import Counter
 import pytest
 
 from dltune.checks.gpu import xid
-from dltune.probes import Snapshot
+from dltune.probes import Snapshot, nvidia_module_version
 from dltune.probes.mounts import fstab_entry_for, mount_at, parse_fstab, parse_mountinfo, unescape
+from dltune.probes.mountstats import parse_mountstats
+from dltune.probes.network import route_to
 from dltune.probes.packages import KernelLog
+from dltune.probes.runner import RecordedRunner
 from tests.conftest import load_role_module
 from tests.real_corpus import Sample, all_samples, samples
 
@@ -101,3 +104,44 @@ def test_mountinfos(sample: Sample) -> None:
             assert mount is not None and mount.fstype == words[2], mount
             if len(words) > 3:
                 assert words[3] in mount.options, mount
+
+
+@pytest.mark.parametrize("sample", samples("mountstats"), ids=str)
+def test_mountstats(sample: Sample) -> None:
+    stats = parse_mountstats(sample.body)
+    by_point = {m.mount_point: m for m in stats.nfs}
+    for words in _expectations(sample):
+        if words[0] == "nfs":
+            assert len(stats.nfs) == int(words[1]), stats
+        elif words[0] == "other":
+            assert stats.other_mounts == int(words[1]), stats
+        elif words[0] == "mount":
+            mount = by_point[words[1]]
+            assert mount.fstype == words[2]
+            protocol, port = words[3], words[4]
+            if protocol == "-":
+                assert mount.transports == ()
+            else:
+                assert mount.transports[0].protocol == protocol
+                if port != "-":
+                    assert mount.transports[0].source_port == int(port)
+            for option in words[5:]:
+                key, _, value = option.partition("=")
+                assert mount.options.get(key) == value, mount.options
+    assert stats.stray_lines == 0
+
+
+@pytest.mark.parametrize("sample", samples("nvidia_version"), ids=str)
+def test_nvidia_versions(sample: Sample) -> None:
+    """The audit's reading of the loaded module and the driver role's (which decides a reboot) agree."""
+    assert nvidia_module_version(sample.body) == sample.expect
+    assert plan.loaded_module_version(sample.body) == sample.expect
+
+
+@pytest.mark.parametrize("sample", samples("ip_route_get"), ids=str)
+def test_ip_route_get(sample: Sample) -> None:
+    words = sample.expect.split()
+    command = "ip -j route get 192.0.2.1"
+    runner = RecordedRunner({command: {"stdout": sample.body}})
+    choice = route_to(runner, "192.0.2.1")
+    assert (choice.dev, choice.prefsrc or "-", choice.error) == (words[1], words[3], None)
