@@ -16,6 +16,16 @@ from dltune.model import Result, Status
 SPEC_WARN, SPEC_FAIL = 0.70, 0.50
 OUTLIER = 0.85
 INPUT_BOUND_GAP = 10.0  # percent
+# A figure beyond what the hardware can do is a broken measurement, never a pass: above the card's
+# published peak (2% for rounding of the datasheet), data-parallel efficiency above 100% (5% for
+# timer noise), or repeats whose interquartile range exceeds 25% of their median.
+PEAK_TOLERANCE = 1.02
+EFFICIENCY_LIMIT = 1.05
+REPEAT_SPREAD = 0.25
+UNRELIABLE_REMEDY = (
+    "rerun `dltune bench` on an idle node (no job, no other benchmark on it: other load on the node is "
+    "the usual cause); if it repeats, report it with the JSON"
+)
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,7 @@ class Matmul:
     dtype: str
     n: int
     tflops: float
+    spread: float | None = None  # interquartile range of the repeats / their median
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,7 @@ class Bandwidth:
     name: str
     kind: str  # "device copy", "h2d pinned", "h2d pageable", "d2h pinned", "d2h pageable"
     gb_s: float
+    spread: float | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,16 @@ class Training:
     peak_power_w: float | None = None
     joules_per_image: float | None = None
     settings: dict[str, object] = field(default_factory=dict)
+
+
+def unreliable(figure: str, measured: float | None, limit: float | None, spread: float | None) -> str | None:
+    """Why a measured figure cannot be true (None when it can): above its physical limit, or repeats
+    that disagree by more than REPEAT_SPREAD."""
+    if measured is not None and limit and measured > limit:
+        return f"unreliable measurement: {figure} is above what the hardware can do"
+    if spread is not None and spread > REPEAT_SPREAD:
+        return f"unreliable measurement: repeats disagree by {spread:.0%} (more than {REPEAT_SPREAD:.0%})"
+    return None
 
 
 def judge_matmul(samples: Sequence[Matmul], lookup: Callable[[str], Spec | None] = spec_for) -> list[Result]:
@@ -80,6 +102,26 @@ def judge_matmul(samples: Sequence[Matmul], lookup: Callable[[str], Spec | None]
             summary += " (no published peak for this device: compared with the node's others only)"
         ratio = s.tflops / best[s.dtype] if best[s.dtype] else 1.0
         metrics["fraction_of_best"] = ratio
+        broken = unreliable(
+            f"{s.tflops:.1f} TFLOPS ({s.tflops / peak:.0%} of the dense peak)" if peak else "",
+            s.tflops,
+            peak * PEAK_TOLERANCE if peak else None,
+            s.spread,
+        )
+        if broken:
+            evidence["spread"] = s.spread
+            results.append(
+                Result(
+                    "bench.matmul",
+                    Status.WARN,
+                    f"{s.dtype} matmul: {broken}",
+                    subject=f"{s.device}:{s.dtype}",
+                    evidence=evidence,
+                    remedy=UNRELIABLE_REMEDY,
+                    metrics=metrics,
+                )
+            )
+            continue
         if ratio < OUTLIER:
             status = Status.FAIL if status is Status.FAIL else Status.WARN
             summary += f"; {ratio:.0%} of the node's best GPU (an outlier)"
@@ -106,6 +148,26 @@ def judge_bandwidth(
         spec = lookup(s.name)
         metrics = {"gb_s": s.gb_s}
         summary, status = f"{s.kind} {s.gb_s:.1f} GB/s", Status.PASS
+        peak = spec.memory_gb_s if s.kind == "device copy" and spec else None
+        broken = unreliable(
+            f"{s.gb_s:.0f} GB/s, above the card's published {peak:g} GB/s" if peak else "",
+            s.gb_s,
+            peak * PEAK_TOLERANCE if peak else None,
+            s.spread,
+        )
+        if broken:
+            results.append(
+                Result(
+                    "bench.memory" if s.kind == "device copy" else "bench.host_transfer",
+                    Status.WARN,
+                    f"{s.kind}: {broken}",
+                    subject=f"{s.device}:{s.kind}",
+                    evidence={"name": s.name, "kind": s.kind, "spread": s.spread},
+                    metrics=metrics,
+                    remedy=UNRELIABLE_REMEDY,
+                )
+            )
+            continue
         if s.kind == "device copy" and spec and spec.memory_gb_s:
             fraction = s.gb_s / spec.memory_gb_s
             metrics["fraction_of_spec"] = fraction
@@ -279,18 +341,34 @@ def judge_allreduce(
             metrics={"algbw_gb_s": algbw, "busbw_gb_s": busbw},
         )
     ]
-    if scaling is not None:
-        cpu_note = (
+    cpu_note = (
+        (
             " (gloo on CPU: proves the nodes train together, not a GPU figure)"
             if hosts
             else " (CPU processes share the same cores: not a GPU figure)"
         )
+        if backend == "gloo"
+        else ""
+    )
+    if scaling is not None and scaling > EFFICIENCY_LIMIT:
+        results.append(
+            Result(
+                f"{prefix}scaling",
+                Status.WARN,
+                f"data-parallel scaling 1 -> {world}{where}: unreliable measurement: {scaling:.0%} "
+                "efficiency is more than 100%, which data-parallel training cannot reach (the single-process "
+                "baseline ran slower than it can: other load on the node)" + cpu_note,
+                subject=backend,
+                metrics={"efficiency": scaling},
+                remedy=UNRELIABLE_REMEDY,
+            )
+        )
+    elif scaling is not None:
         results.append(
             Result(
                 f"{prefix}scaling",
                 Status.PASS if scaling >= 0.8 or backend == "gloo" else Status.WARN,
-                f"data-parallel scaling 1 -> {world}{where}: {scaling:.0%} efficiency"
-                + (cpu_note if backend == "gloo" else ""),
+                f"data-parallel scaling 1 -> {world}{where}: {scaling:.0%} efficiency" + cpu_note,
                 subject=backend,
                 metrics={"efficiency": scaling},
                 remedy=None

@@ -63,8 +63,19 @@ def matmul(torch: Any, device: str, dtype: str, n: int, min_run_time: float) -> 
     a = torch.randn(n, n, device=device, dtype=torch.float32).to(torch_dtype)
     b = torch.randn(n, n, device=device, dtype=torch.float32).to(torch_dtype)
     timer = benchmark.Timer(stmt="torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b})
-    seconds = timer.blocked_autorange(min_run_time=min_run_time).median
-    return Matmul(device, device_name(torch, device), dtype, n, 2 * n**3 / seconds / 1e12)
+    measured = timer.blocked_autorange(min_run_time=min_run_time)
+    seconds = measured.median
+    return Matmul(
+        device, device_name(torch, device), dtype, n, 2 * n**3 / seconds / 1e12, spread_of(measured)
+    )
+
+
+def spread_of(measured: Any) -> float | None:
+    """Interquartile range over median of a torch.utils.benchmark Measurement (None with one repeat)."""
+    times = list(getattr(measured, "times", []))
+    if len(times) < 4 or not measured.median:
+        return None
+    return float(measured.iqr / measured.median)
 
 
 def copy_bandwidth(torch: Any, device: str, megabytes: int, min_run_time: float) -> Bandwidth:
@@ -73,9 +84,15 @@ def copy_bandwidth(torch: Any, device: str, megabytes: int, min_run_time: float)
     src = torch.empty(megabytes << 20, dtype=torch.uint8, device=device).random_(0, 255)
     dst = torch.empty_like(src)
     timer = benchmark.Timer(stmt="dst.copy_(src)", globals={"src": src, "dst": dst})
-    seconds = timer.blocked_autorange(min_run_time=min_run_time).median
+    measured = timer.blocked_autorange(min_run_time=min_run_time)
     # A copy reads every byte once and writes it once.
-    return Bandwidth(device, device_name(torch, device), "device copy", 2 * src.numel() / seconds / 1e9)
+    return Bandwidth(
+        device,
+        device_name(torch, device),
+        "device copy",
+        2 * src.numel() / measured.median / 1e9,
+        spread_of(measured),
+    )
 
 
 def host_transfers(torch: Any, device: str, megabytes: int, min_run_time: float) -> list[Bandwidth]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 from dltune.bench.judge import (
+    Bandwidth,
     Matmul,
     Training,
     judge_allreduce,
+    judge_bandwidth,
     judge_determinism,
     judge_input_gap,
     judge_matmul,
@@ -97,3 +99,31 @@ def test_sweep_reports_the_best_setting_and_its_gain_over_the_defaults() -> None
 def test_oversubscribed_threads_warn() -> None:
     assert judge_threads(16, 8, 4).status is Status.WARN
     assert judge_threads(16, 4, 4).status is Status.PASS
+
+
+def test_figures_the_hardware_cannot_reach_are_unreliable_warnings_never_passes() -> None:
+    """make demo: three nodes benchmarking at once on two cores reported 481% scaling efficiency as a
+    pass. Above 100% efficiency, above the card's published peak, or repeats that disagree by more
+    than 25%: a warning that names the measurement unreliable and the likely reason."""
+    (scaling,) = [r for r in judge_allreduce(2, "gloo", 1 << 24, 0.01, 4.81) if r.id == "bench.scaling"]
+    assert scaling.status is Status.WARN and "unreliable measurement" in scaling.summary
+    assert "other load on the node" in scaling.summary and "not a GPU figure" in scaling.summary
+    (nccl,) = [r for r in judge_allreduce(8, "nccl", 1 << 30, 0.01, 1.2) if r.id == "bench.scaling"]
+    assert nccl.status is Status.WARN
+    (honest,) = [r for r in judge_allreduce(8, "nccl", 1 << 30, 0.01, 0.93) if r.id == "bench.scaling"]
+    assert honest.status is Status.PASS
+
+    h100 = "NVIDIA H100 80GB HBM3"
+    peak = spec_for(h100).tflops["bf16"]  # type: ignore[union-attr]
+    (too_fast,) = judge_matmul([Matmul("cuda:0", h100, "bf16", 8192, peak * 1.3)])
+    assert too_fast.status is Status.WARN and "above what the hardware can do" in too_fast.summary
+    (noisy,) = judge_matmul([Matmul("cuda:0", h100, "bf16", 8192, peak * 0.8, spread=0.4)])
+    assert noisy.status is Status.WARN and "repeats disagree by 40%" in noisy.summary
+    (steady,) = judge_matmul([Matmul("cuda:0", h100, "bf16", 8192, peak * 0.8, spread=0.03)])
+    assert steady.status is Status.PASS
+
+    memory_peak = spec_for(h100).memory_gb_s  # type: ignore[union-attr]
+    (copy,) = judge_bandwidth([Bandwidth("cuda:0", h100, "device copy", memory_peak * 1.5)])
+    assert copy.status is Status.WARN and "above the card's published" in copy.summary
+    (real,) = judge_bandwidth([Bandwidth("cuda:0", h100, "device copy", memory_peak * 0.85)])
+    assert real.status is Status.PASS
