@@ -27,6 +27,7 @@ from dltune import stage as stage_mod
 from dltune.checks import run_checks
 from dltune.model import AREAS, EXIT_USAGE_OR_ERROR, exit_code
 from dltune.probes import collect_snapshot
+from dltune.probes.watchdog import Deadline
 from dltune.report import render_facts, render_human, render_json, render_prometheus, write_atomically
 
 app = typer.Typer(
@@ -97,8 +98,21 @@ def audit(
     slurm_node: Annotated[
         str | None, typer.Option("--slurm-node", help="Slurm node name (default: the short hostname).")
     ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            help="Seconds for the whole audit (well under Slurm's 60 s HealthCheckProgram limit): on expiry "
+            "the results so far are printed with system.audit_timeout naming what did not finish.",
+        ),
+    ] = 30.0,
+    nvml_timeout: Annotated[
+        float,
+        typer.Option("--nvml-timeout", help="Seconds NVML may take before the driver counts as hung."),
+    ] = 10.0,
 ) -> None:
     """Read-only audit of this node against what the roles applied. Exit 0 ok, 1 fail, 2 usage/error."""
+    deadline = Deadline(timeout)
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr)
     areas = _parse_areas(only)
     if not root.is_dir():
@@ -107,11 +121,16 @@ def audit(
         raise typer.BadParameter(f"{textfile_dir} is not a directory", param_hint="--textfile-dir")
     if facts_file is not None and not facts_file.parent.is_dir():
         raise typer.BadParameter(f"{facts_file.parent} does not exist", param_hint="--facts-file")
-    if nfs_timeout <= 0:
-        raise typer.BadParameter(
-            f"{nfs_timeout} must be a positive number of seconds", param_hint="--nfs-timeout"
-        )
-    snapshot = collect_snapshot(root, areas=areas, nfs_timeout=nfs_timeout)
+    for value, hint in (
+        (nfs_timeout, "--nfs-timeout"),
+        (timeout, "--timeout"),
+        (nvml_timeout, "--nvml-timeout"),
+    ):
+        if not value > 0:
+            raise typer.BadParameter(f"{value} must be a positive number of seconds", param_hint=hint)
+    snapshot = collect_snapshot(
+        root, areas=areas, nfs_timeout=nfs_timeout, nvml_timeout=nvml_timeout, deadline=deadline
+    )
     for path, error in snapshot.errors.items():
         log.info("probe could not read %s: %s", path, error)
     results = run_checks(snapshot, areas)

@@ -42,6 +42,16 @@ def driver_loaded(snap: Snapshot) -> Result:
         "nvml_error_code": nvml.error_code,
         "kernel_module_version": snap.nvidia_module_version,
     }
+    if nvml.hung:
+        return Result(
+            "driver.loaded",
+            Status.FAIL,
+            nvml.error or "NVML did not answer",
+            evidence=evidence,
+            remedy="a GPU or the driver is wedged: drain the node, look at `dmesg | grep NVRM` (Xid), "
+            "reset the GPU (nvidia-smi -r) or reboot",
+            critical=True,
+        )
     if nvml.available:
         return Result(
             "driver.loaded",

@@ -30,9 +30,15 @@ def _subject(gpu: Gpu) -> str:
     return f"{gpu.index}:{gpu.uuid}" if gpu.uuid else str(gpu.index)
 
 
+def _unavailable(check_id: str, snap: Snapshot) -> Result:
+    if snap.nvml.hung:
+        return Result(check_id, Status.SKIP, "NVML did not answer: see driver.loaded")
+    return Result(check_id, Status.SKIP, f"NVML not available ({snap.nvml.error})")
+
+
 def _per_gpu(check_id: str, snap: Snapshot, judge: Callable[[Gpu], Result]) -> list[Result]:
     if not snap.nvml.available:
-        return [Result(check_id, Status.SKIP, f"NVML not available ({snap.nvml.error})")]
+        return [_unavailable(check_id, snap)]
     if not snap.nvml.gpus:
         return [Result(check_id, Status.SKIP, "no GPUs")]
     # A lost GPU is reported once, by gpu.present; its other checks cannot say anything.
@@ -47,7 +53,7 @@ def _per_gpu(check_id: str, snap: Snapshot, judge: Callable[[Gpu], Result]) -> l
 @check("gpu.present", needs=("manifest:nvidia_driver",))
 def present(snap: Snapshot) -> list[Result]:
     if not snap.nvml.available:
-        return [Result("gpu.present", Status.SKIP, f"NVML not available ({snap.nvml.error})")]
+        return [_unavailable("gpu.present", snap)]
     expected = snap.expected.get("nvidia_driver", {}).get("gpu_count")
     healthy = [g for g in snap.nvml.gpus if g.error is None]
     results = [

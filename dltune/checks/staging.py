@@ -47,6 +47,17 @@ def slurm_tmpdir(snap: Snapshot) -> Result:
             subject=path,
             remedy=remedy,
         )
+    if info.statfs_error:
+        return Result(
+            "staging.slurm_tmpdir",
+            Status.FAIL,
+            f"SLURM_TMPDIR={path}: {info.statfs_error}",
+            subject=path,
+            evidence={"fstype": info.fstype, "statfs": info.statfs_error},
+            remedy="the filesystem under $SLURM_TMPDIR does not answer (a dead network mount?): drain the "
+            "node; slurm_tmpdir_base belongs on node-local disk",
+            critical=True,
+        )
     evidence = {
         "link": info.is_link,
         "directory": info.is_dir,

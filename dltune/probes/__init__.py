@@ -22,10 +22,11 @@ from dltune.probes.network import (
     probe_responsive_many,
     route_to,
 )
-from dltune.probes.nvml import NvmlState, probe_nvml
+from dltune.probes.nvml import NVML_TIMEOUT_S, NvmlState, probe_nvml_in_child
 from dltune.probes.packages import KernelLog, Package, read_driver_packages, read_kernel_log
 from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
 from dltune.probes.storage import SpaceInfo, data_mount_points, resolve_uuids, space_of
+from dltune.probes.watchdog import Deadline
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class Snapshot:
     files: Mapping[str, str | None] = field(default_factory=dict)
     paths: Mapping[str, PathInfo] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
+    # probe -> what the audit's --timeout cut short (system.audit_timeout names them)
+    missed: Mapping[str, str] = field(default_factory=dict)
 
 
 def collect_snapshot(
@@ -78,9 +81,14 @@ def collect_snapshot(
     euid: int | None = None,
     nfs_timeout: float = 5.0,
     environ: Mapping[str, str] | None = None,
+    nvml_timeout: float = NVML_TIMEOUT_S,
+    deadline: Deadline | None = None,
 ) -> Snapshot:
     """Read the host. With ``areas``, probes that only other areas judge (NVML, statvfs) are left out:
-    `--only storage` must not touch a GPU driver that may hang, nor a mount that may."""
+    `--only storage` must not touch a GPU driver that may hang, nor a mount that may. Probes that can
+    block in the kernel run in children under ``deadline`` (the audit's --timeout); what it cut short
+    is in ``Snapshot.missed``."""
+    deadline = deadline or Deadline()
     wanted = None if areas is None else set(areas)
 
     def needed(*for_areas: str) -> bool:
@@ -121,12 +129,12 @@ def collect_snapshot(
         expected=expected,
         manifest_problems=manifest_problems,
         uuid_devices=resolve_uuids(fs, runner, uuids),
-        space=space_of(fs, data_mount_points(mounts, expected)) if needed("storage") else {},
+        space=space_of(fs, data_mount_points(mounts, expected), deadline) if needed("storage") else {},
         # NVML answers for the running host only: a fixture tree has no GPUs to ask.
         nvml=(
             NvmlState(False, "NVML is not read under --root")
             if fs.root != Path("/")
-            else probe_nvml()
+            else probe_nvml_in_child(nvml_timeout, deadline)
             if needed("gpu", "driver")
             else NvmlState(False, "not probed: gpu and driver areas not asked for")
         ),
@@ -141,9 +149,7 @@ def collect_snapshot(
         # statfs on a dead NFS server would hang: only the nfs area asks, each in a killable child,
         # and never under a fixture --root (the mounts there are not this host's).
         nfs_responsive=(
-            probe_responsive_many([m.mount_point for m in mounts if m.fstype in NFS_FSTYPES], nfs_timeout)
-            if needed("nfs") and fs.root == Path("/")
-            else {}
+            _responsive(mounts, nfs_timeout, deadline) if needed("nfs") and fs.root == Path("/") else {}
         ),
         nfs_stats=(
             {m.mount_point: m for m in parse_mountstats(read_optional(fs, "/proc/self/mountstats") or "").nfs}
@@ -158,9 +164,20 @@ def collect_snapshot(
         environ=job_environ if env_wanted else {},
         uid=os.getuid(),
         files=read_files(fs, _env_files(expected)) if env_wanted else {},
-        paths=job_paths(fs, job_environ, expected, mounts) if env_wanted else {},
+        paths=job_paths(fs, job_environ, expected, mounts, deadline) if env_wanted else {},
         errors=errors,
+        missed=dict(deadline.missed),  # last: after every probe above has run
     )
+
+
+def _responsive(mounts: Iterable[Mount], timeout: float, deadline: Deadline) -> dict[str, Responsiveness]:
+    points = [m.mount_point for m in mounts if m.fstype in NFS_FSTYPES]
+    if not points:
+        return {}
+    found = probe_responsive_many(points, max(deadline.limit(timeout), 0.001))
+    if deadline.expired() and any(not r.ok for r in found.values()):
+        deadline.missed["nfs"] = "statfs of the NFS mounts (nfs.responsive)"
+    return found
 
 
 def _env_files(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -12,6 +12,10 @@ from typing import Any
 
 from dltune.probes.hostfs import HostFS
 from dltune.probes.mounts import Mount
+from dltune.probes.watchdog import Deadline, StatFs, statfs_many
+
+# statfs of a healthy filesystem answers in milliseconds; a dead NFS server never does.
+STATFS_TIMEOUT_S = 5.0
 
 # The audit's environment is judged only through these (and the dl_env manifest's names).
 JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_USER", "SLURM_TMPDIR", "TMPDIR", "CUBLAS_WORKSPACE_CONFIG")
@@ -30,6 +34,7 @@ class PathInfo:
     mode: int | None = None  # permission bits
     fstype: str = "unknown"
     free_bytes: int | None = None
+    statfs_error: str | None = None  # statfs did not answer (a dead network filesystem) or failed
 
     @property
     def writable_by_others(self) -> bool:
@@ -56,19 +61,17 @@ def fstype_at(path: str, mounts: Iterable[Mount]) -> str:
     return max(holding, key=lambda m: len(m.mount_point)).fstype if holding else "unknown"
 
 
-def path_info(fs: HostFS, host_path: str, mounts: Iterable[Mount]) -> PathInfo:
+def path_info(
+    fs: HostFS, host_path: str, mounts: Iterable[Mount], space: StatFs | str | None = None
+) -> PathInfo:
+    """lstat facts of host_path; ``space`` is its statfs (run in a child under a deadline by the
+    caller, since statfs of a dead network filesystem blocks in the kernel) or why it failed."""
     local = fs.path(host_path)
     try:
         st = os.lstat(local)
     except OSError:
         return PathInfo(exists=False)
-    free: int | None = None
-    if stat.S_ISDIR(st.st_mode):
-        try:
-            vfs = os.statvfs(local)
-            free = vfs.f_bavail * vfs.f_frsize
-        except OSError:
-            free = None
+    free = space.free_bytes if isinstance(space, StatFs) and stat.S_ISDIR(st.st_mode) else None
     return PathInfo(
         exists=True,
         is_link=stat.S_ISLNK(st.st_mode),
@@ -78,13 +81,19 @@ def path_info(fs: HostFS, host_path: str, mounts: Iterable[Mount]) -> PathInfo:
         mode=stat.S_IMODE(st.st_mode),
         fstype=fstype_at(os.path.normpath(host_path), mounts),
         free_bytes=free,
+        statfs_error=space if isinstance(space, str) and stat.S_ISDIR(st.st_mode) else None,
     )
 
 
 def job_paths(
-    fs: HostFS, environ: Mapping[str, str], expected: Mapping[str, Mapping[str, Any]], mounts: Iterable[Mount]
+    fs: HostFS,
+    environ: Mapping[str, str],
+    expected: Mapping[str, Mapping[str, Any]],
+    mounts: Iterable[Mount],
+    deadline: Deadline | None = None,
 ) -> dict[str, PathInfo]:
-    """lstat of $SLURM_TMPDIR (inside a job), the slurm_tmpdir base and its hook programs."""
+    """lstat of $SLURM_TMPDIR (inside a job), the slurm_tmpdir base and its hook programs; statfs of
+    $SLURM_TMPDIR (possibly on NFS or Lustre) in a child under a deadline."""
     mounts = tuple(mounts)
     wanted: list[str] = []
     if environ.get("SLURM_TMPDIR", "").startswith("/"):
@@ -93,7 +102,14 @@ def job_paths(
     if isinstance(fragment.get("base"), str):
         wanted.append(fragment["base"])
     wanted += [str(p) for p in dict(fragment.get("hooks", {})).values()]
-    return {path: path_info(fs, path, mounts) for path in wanted}
+    space: dict[str, StatFs | str] = {}
+    job_dir = environ.get("SLURM_TMPDIR", "")
+    if job_dir.startswith("/") and os.path.isdir(fs.path(job_dir)):
+        limit = deadline.limit(STATFS_TIMEOUT_S) if deadline else STATFS_TIMEOUT_S
+        space = {job_dir: statfs_many([str(fs.path(job_dir))], limit)[str(fs.path(job_dir))]}
+        if isinstance(space[job_dir], str) and deadline and deadline.expired():
+            deadline.missed["slurm_tmpdir"] = f"statfs of $SLURM_TMPDIR ({job_dir})"
+    return {path: path_info(fs, path, mounts, space.get(path)) for path in wanted}
 
 
 def read_files(fs: HostFS, paths: Iterable[str]) -> dict[str, str | None]:

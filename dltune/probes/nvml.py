@@ -7,9 +7,14 @@ GPU -> an entry with its error while the others still report; nvmlShutdown alway
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from dltune.probes.watchdog import CHILD_MARKER, Deadline, run_child, stuck_children
 
 T = TypeVar("T")
 
@@ -64,6 +69,45 @@ class NvmlState:
     error_code: int | None = None
     driver_version: str | None = None
     gpus: tuple[Gpu, ...] = ()
+    hung: bool = False  # NVML did not answer in time (a wedged GPU or driver)
+
+
+# A healthy NVML answers in well under a second per GPU; a wedged one never does.
+NVML_TIMEOUT_S = 10.0
+
+
+def probe_nvml_in_child(timeout: float = NVML_TIMEOUT_S, deadline: Deadline | None = None) -> NvmlState:
+    """probe_nvml in a child process under a deadline: a hung NVML is a finding, never a hung audit.
+    While an earlier audit's NVML child is still stuck, no second one is started (it would hang too)."""
+    stuck = stuck_children("nvml", older_than=timeout)
+    if stuck:
+        return NvmlState(
+            False,
+            f"NVML did not answer: an earlier audit's NVML probe (pid {', '.join(map(str, stuck))}) is "
+            "still stuck in the driver",
+            hung=True,
+        )
+    limit = deadline.limit(timeout) if deadline else timeout
+    if limit <= 0:
+        if deadline:
+            deadline.missed["nvml"] = "NVML (driver and gpu areas): the audit's time ran out before it"
+        return NvmlState(False, "not probed: the audit's --timeout ran out first", hung=True)
+    done = run_child([sys.executable, "-m", "dltune.probes.nvml", CHILD_MARKER, "nvml"], limit)
+    if done.late:
+        if deadline and deadline.expired():
+            deadline.missed["nvml"] = f"NVML (driver and gpu areas): no answer within {limit:.0f} s"
+        return NvmlState(False, f"NVML did not answer in {limit:.0f} s", hung=True)
+    try:
+        return _from_json(json.loads(done.stdout))
+    except (ValueError, TypeError, KeyError) as exc:
+        return NvmlState(
+            False, f"NVML probe failed (rc={done.returncode}): {done.stderr.strip()[-300:] or exc}"
+        )
+
+
+def _from_json(data: dict[str, Any]) -> NvmlState:
+    gpus = tuple(Gpu(**gpu) for gpu in data.pop("gpus"))
+    return NvmlState(**data, gpus=gpus)
 
 
 def _text(value: bytes | str) -> str:
@@ -146,3 +190,8 @@ def _gpu(pynvml: Any, index: int) -> Gpu:
         remapped_rows_failure=None if remapped is None else bool(remapped[3]),
     )
     return Gpu(index=index, error=lost[0]) if lost else gpu
+
+
+if __name__ == "__main__" and CHILD_MARKER in sys.argv:
+    # The child side of probe_nvml_in_child: one NVML read, as JSON on stdout.
+    json.dump(dataclasses.asdict(probe_nvml()), sys.stdout)

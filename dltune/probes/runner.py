@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from dltune.probes.watchdog import run_child
 
 # A fixture tree for `dltune audit --root` keeps the outputs of the commands probes run here.
 RECORDINGS_FILE = "dltune-commands.json"
@@ -30,17 +31,18 @@ class CommandRunner(Protocol):
 
 
 class SubprocessRunner:
-    """Runs argv without a shell, with a timeout; a missing program or a timeout becomes data."""
+    """Runs argv without a shell, with a timeout; a missing program or a timeout becomes data. A late
+    command is killed and never waited for (subprocess.run would wait for it after the kill, and a
+    command stuck in the kernel, dmesg or blkid on a failing device, would hang the audit there)."""
 
     def run(self, argv: Sequence[str], timeout: float = 5.0) -> CommandResult:
         args = tuple(argv)
-        try:
-            done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
-        except FileNotFoundError:
-            return CommandResult(args, 127, "", f"{args[0]}: not found")
-        except subprocess.TimeoutExpired:
+        done = run_child(args, timeout)
+        if done.late:
             return CommandResult(args, 124, "", f"{args[0]}: timed out after {timeout:g}s")
-        return CommandResult(args, done.returncode, done.stdout, done.stderr)
+        if done.returncode == 127 and not done.stdout and "No such file" in done.stderr:
+            return CommandResult(args, 127, "", f"{args[0]}: not found")
+        return CommandResult(args, int(done.returncode or 0), done.stdout, done.stderr)
 
 
 class RecordedRunner:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 from dltune.probes.hostfs import HostFS
 from dltune.probes.mounts import Mount
 from dltune.probes.runner import CommandRunner
+from dltune.probes.watchdog import Deadline, StatFs, statfs_many
 
 # Filesystems that hold data on local block devices; the audit advises noatime on these.
 DATA_FSTYPES = frozenset({"ext4", "ext3", "xfs", "btrfs", "f2fs"})
@@ -62,30 +61,24 @@ def resolve_uuids(fs: HostFS, runner: CommandRunner, uuids: Iterable[str]) -> di
     return found
 
 
-def _statvfs_with_timeout(path: str, timeout: float) -> os.statvfs_result | None:
-    """statvfs in a daemon thread: a hung network mount costs the timeout, never the audit."""
-    box: list[os.statvfs_result] = []
-
-    def probe() -> None:
-        with contextlib.suppress(OSError):
-            box.append(os.statvfs(path))
-
-    worker = threading.Thread(target=probe, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    return box[0] if box else None
-
-
-def space_of(fs: HostFS, mount_points: Iterable[str]) -> dict[str, SpaceInfo]:
+def space_of(
+    fs: HostFS, mount_points: Iterable[str], deadline: Deadline | None = None
+) -> dict[str, SpaceInfo]:
+    """Space and inodes of each data mount, statfs in children under a deadline (a hung disk or a
+    dead network mount costs the timeout, never the audit); a mount that did not answer is absent."""
+    points = list(mount_points)
+    limit = deadline.limit(STATVFS_TIMEOUT_S) if deadline else STATVFS_TIMEOUT_S
+    answers = statfs_many([str(fs.path(mp)) for mp in points], limit) if points else {}
     result: dict[str, SpaceInfo] = {}
-    for mp in mount_points:
-        st = _statvfs_with_timeout(str(fs.path(mp)), STATVFS_TIMEOUT_S)
-        if st is None:
-            continue
-        result[mp] = SpaceInfo(
-            total_bytes=st.f_blocks * st.f_frsize,
-            free_bytes=st.f_bavail * st.f_frsize,
-            total_inodes=st.f_files,
-            free_inodes=st.f_favail,
-        )
+    for mp in points:
+        answer = answers.get(str(fs.path(mp)))
+        if isinstance(answer, StatFs):
+            result[mp] = SpaceInfo(
+                total_bytes=answer.total_bytes,
+                free_bytes=answer.free_bytes,
+                total_inodes=answer.total_inodes,
+                free_inodes=answer.free_inodes,
+            )
+        elif deadline and deadline.expired():
+            deadline.missed[f"statfs {mp}"] = f"statfs of {mp} (storage.data_space)"
     return result

@@ -5,16 +5,18 @@
  * /etc/dltune-lab/nvml-scenario.conf (the lab's GPU-node stand-ins carry one). Only the entry
  * points dltune's NVML probe uses exist; anything else is "function not found", as with an old driver.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_GPUS 16
 enum { OK = 0, UNINIT = 1, INVALID = 2, NOT_SUPPORTED = 3, INSUFFICIENT = 7, GPU_LOST = 15 };
 
 typedef struct {
     char name[96], uuid[96], unsupported[512];
-    int lost, persistence;
+    int lost, persistence, hang;
     unsigned temp, temp_slowdown, power_mw, power_limit_mw;
     unsigned pcie_gen, pcie_gen_max, pcie_width, pcie_width_max;
     unsigned long long throttle, ecc_uncorrected, ecc_corrected;
@@ -23,7 +25,14 @@ typedef struct {
 
 static gpu_t gpus[MAX_GPUS];
 static unsigned gpu_count;
-static int init_error;
+static int init_error, hang_init;
+
+/* A wedged GPU or driver: the call never returns, and SIGTERM does not end it (only SIGKILL does,
+ * as with a task in the kernel that the audit must abandon). */
+static void hang(void) {
+    signal(SIGTERM, SIG_IGN);
+    for (;;) pause();
+}
 static char driver_version[80] = "580.95.05";
 
 static void set_field(gpu_t *g, const char *key, const char *val) {
@@ -33,6 +42,7 @@ static void set_field(gpu_t *g, const char *key, const char *val) {
     else if (!strcmp(key, "unsupported")) snprintf(g->unsupported, sizeof g->unsupported, ",%s,", val);
     else if (!strcmp(key, "lost")) g->lost = (int)n;
     else if (!strcmp(key, "persistence")) g->persistence = (int)n;
+    else if (!strcmp(key, "hang")) g->hang = (int)n;
     else if (!strcmp(key, "temp")) g->temp = (unsigned)n;
     else if (!strcmp(key, "temp_slowdown")) g->temp_slowdown = (unsigned)n;
     else if (!strcmp(key, "power_mw")) g->power_mw = (unsigned)n;
@@ -70,6 +80,7 @@ static void load_scenario(void) {
     defaults();
     gpu_count = 0;
     init_error = 0;
+    hang_init = 0;
     if (!path) path = "/etc/dltune-lab/nvml-scenario.conf";
     FILE *f = fopen(path, "r");
     if (!f) { init_error = UNINIT; return; }
@@ -80,6 +91,7 @@ static void load_scenario(void) {
         *eq = 0;
         const char *key = line, *val = eq + 1;
         if (!strcmp(key, "init_error")) init_error = atoi(val);
+        else if (!strcmp(key, "hang_init")) hang_init = atoi(val);
         else if (!strcmp(key, "driver_version")) snprintf(driver_version, sizeof driver_version, "%s", val);
         else if (!strcmp(key, "gpus")) gpu_count = (unsigned)atoi(val) > MAX_GPUS ? MAX_GPUS : (unsigned)atoi(val);
         else if (!strncmp(key, "gpu*.", 5)) {
@@ -102,10 +114,16 @@ static int unsupported(const gpu_t *g, const char *field) {
 #define DEVICE_GUARD(dev, field)                  \
     const gpu_t *g = (const gpu_t *)(dev);        \
     if (!g) return INVALID;                       \
+    if (g->hang) hang();                          \
     if (g->lost) return GPU_LOST;                 \
     if (unsupported(g, field)) return NOT_SUPPORTED;
 
-int nvmlInitWithFlags(unsigned flags) { (void)flags; load_scenario(); return init_error; }
+int nvmlInitWithFlags(unsigned flags) {
+    (void)flags;
+    load_scenario();
+    if (hang_init) hang();
+    return init_error;
+}
 int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 int nvmlShutdown(void) { return OK; }
 

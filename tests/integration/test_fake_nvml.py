@@ -7,11 +7,15 @@ tests/fixtures/nvml/. Each scenario asserts the audit's statuses and exit code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +156,110 @@ def test_real_gpu_node_reports_every_gpu() -> None:
     results = json.loads(done.stdout)["results"]
     assert {r["status"] for r in results if r["id"] == "driver.loaded"} == {"pass"}
     assert not [r for r in results if r["status"] == "error"]
+
+
+def _probe_children(kind: str = "nvml") -> list[int]:
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and b"--dltune-probe-child" in _cmdline(p) and kind.encode() in _cmdline(p)
+    ]
+
+
+def _cmdline(proc_dir: Path) -> bytes:
+    try:
+        return (proc_dir / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.fixture
+def no_stuck_children() -> Iterator[None]:
+    yield
+    for pid in _probe_children():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _timed_audit(library_dir: Path, scenario: str, *args: str) -> tuple[float, int, dict[str, Any]]:
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(library_dir),
+        "DLTUNE_FAKE_NVML_SCENARIO": str(SCENARIOS / f"{scenario}.conf"),
+    }
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "audit", "--format", "json", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    elapsed = time.monotonic() - start
+    assert done.returncode in (0, 1), done.stderr
+    return elapsed, done.returncode, json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("scenario", ["hung_init", "hung_gpu"])
+def test_a_hung_nvml_is_a_critical_fail_not_a_hung_audit(
+    fake_nvml_dir: Path, scenario: str, no_stuck_children: None
+) -> None:
+    """The fake library blocks in nvmlInit, or in every call on one GPU, and ignores SIGTERM: the audit
+    still returns (NVML ran in a child that is killed and abandoned at the deadline), driver.loaded
+    fails critically naming the wait, and the gpu checks skip pointing to it. Timing limits here are
+    generous bounds for a loaded CI machine; the deadline itself is 2 s."""
+    elapsed, rc, doc = _timed_audit(fake_nvml_dir, scenario, "--only", "gpu,driver", "--nvml-timeout", "2")
+    assert elapsed < 20, elapsed
+    results = {(r["id"], r["subject"]): r for r in doc["results"]}
+    loaded = results[("driver.loaded", None)]
+    assert rc == 1 and loaded["status"] == "fail" and loaded["critical"], loaded
+    assert "NVML did not answer in 2 s" in loaded["summary"]
+    gpu = [r for r in doc["results"] if r["area"] == "gpu" and r["id"] != "gpu.xid"]
+    assert gpu and all(r["status"] == "skip" and "see driver.loaded" in r["summary"] for r in gpu), gpu
+
+
+def test_no_second_nvml_child_while_a_stuck_one_lives(fake_nvml_dir: Path, no_stuck_children: None) -> None:
+    """The stuck child of the first audit is still alive (SIGKILL is pending on a real stuck task; here
+    the fake one ignores SIGTERM and we keep it): the next audit does not start another one."""
+    _timed_audit(fake_nvml_dir, "hung_init", "--only", "driver", "--nvml-timeout", "1")
+    # The first audit killed its child; on a real node a task in the kernel survives SIGKILL. Stand in
+    # for that with a live process carrying the same marker, older than the timeout.
+    stand_in = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "--dltune-probe-child", "nvml"]
+    )
+    try:
+        time.sleep(1.5)
+        before = set(_probe_children())
+        _, rc, doc = _timed_audit(fake_nvml_dir, "healthy_8gpu", "--only", "driver", "--nvml-timeout", "1")
+        loaded = next(r for r in doc["results"] if r["id"] == "driver.loaded")
+        assert rc == 1 and loaded["status"] == "fail", loaded
+        assert f"pid {stand_in.pid}" in loaded["summary"] and "still stuck" in loaded["summary"]
+        assert set(_probe_children()) <= before
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+
+
+def test_the_audit_timeout_prints_what_finished_and_names_what_did_not(
+    fake_nvml_dir: Path, no_stuck_children: None
+) -> None:
+    """NVML allowed 30 s but the whole audit only 2 s: the envelope still comes, with every other
+    area's results and a critical system.audit_timeout fail naming NVML."""
+    elapsed, rc, doc = _timed_audit(
+        fake_nvml_dir,
+        "hung_init",
+        "--timeout",
+        "2",
+        "--nvml-timeout",
+        "30",
+        "--only",
+        "system,gpu,driver,env",
+    )
+    assert elapsed < 20, elapsed
+    results = {r["id"]: r for r in doc["results"]}
+    timeout = results["system.audit_timeout"]
+    assert rc == 1 and timeout["status"] == "fail" and timeout["critical"], timeout
+    assert "NVML" in timeout["summary"]
+    assert results["system.reboot_required"]["status"] in ("pass", "warn")
+    assert "env.cublas_workspace" in results
