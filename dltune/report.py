@@ -43,6 +43,36 @@ def render_json(results: Sequence[Result], host: str, now: datetime) -> str:
     return json.dumps(envelope(results, host, now), indent=2, sort_keys=False) + "\n"
 
 
+# More results than this of one check with one status (a host with thousands of container bind
+# mounts) take one row in the table; JSON and Prometheus keep one result per subject.
+GROUP_ABOVE = 5
+
+
+def _rows(results: Sequence[Result]) -> list[tuple[Result, str, str]]:
+    """(result, subject text, summary text) per table row, grouping large runs of one check/status."""
+    groups: dict[tuple[str, Status], list[Result]] = {}
+    for r in results:
+        groups.setdefault((r.id, r.status), []).append(r)
+    rows: list[tuple[Result, str, str]] = []
+    emitted: set[tuple[str, Status]] = set()
+    for r in results:
+        key = (r.id, r.status)
+        members = groups[key]
+        if len(members) <= GROUP_ABOVE:
+            rows.append((r, r.subject or "", r.summary))
+        elif key not in emitted:
+            emitted.add(key)
+            examples = ", ".join(m.subject or "" for m in members[:3])
+            rows.append(
+                (
+                    r,
+                    f"{len(members)} subjects ({examples}, ...)",
+                    f"{r.summary} (and {len(members) - 1} more)",
+                )
+            )
+    return rows
+
+
 def render_human(results: Sequence[Result], console: Console, host: str, what: str = "audit") -> None:
     table = Table(title=f"dltune {what} of {host}", show_lines=False)
     table.add_column("status")
@@ -50,12 +80,12 @@ def render_human(results: Sequence[Result], console: Console, host: str, what: s
     table.add_column("subject")
     table.add_column("summary", overflow="fold")
     table.add_column("remedy", overflow="fold")
-    for r in results:
+    for r, subject, summary in _rows(results):
         table.add_row(
             Text(r.status.value.upper(), style=STATUS_STYLE[r.status]),
             r.id,
-            r.subject or "",
-            r.summary,
+            subject,
+            summary,
             r.remedy if r.status not in (Status.PASS, Status.SKIP) and r.remedy else "",
         )
     console.print(table)

@@ -168,7 +168,9 @@ def data_noatime(snap: Snapshot) -> list[Result]:
     check_id = "storage.data_noatime"
     managed = _managed_data_mounts(snap)
     if managed is None:
-        candidates = [m for m in snap.mounts if looks_like_data_mount(m)]
+        # One result per mount point, judged by the mount that is visible there (the last one).
+        visible = {m.mount_point: m for m in snap.mounts}
+        candidates = [m for m in visible.values() if looks_like_data_mount(m)]
         if not candidates:
             return [
                 Result(check_id, Status.SKIP, "no data mounts found (and no manifest from role data_disks)")

@@ -129,7 +129,9 @@ def collect_snapshot(
         expected=expected,
         manifest_problems=manifest_problems,
         uuid_devices=resolve_uuids(fs, runner, uuids),
-        space=space_of(fs, data_mount_points(mounts, expected), deadline) if needed("storage") else {},
+        space=space_of(fs, data_mount_points(mounts, expected), deadline, mounts)
+        if needed("storage")
+        else {},
         # NVML answers for the running host only: a fixture tree has no GPUs to ask.
         nvml=(
             NvmlState(False, "NVML is not read under --root")

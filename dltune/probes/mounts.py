@@ -44,6 +44,7 @@ class Mount:
     source: str
     mount_options: tuple[str, ...]
     super_options: tuple[str, ...]
+    device: str = ""  # major:minor of the filesystem: bind mounts of one filesystem share it
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -78,6 +79,7 @@ def parse_mountinfo(text: str) -> tuple[Mount, ...]:
                 source=unescape(fields[sep + 2]),
                 mount_options=parse_options(fields[5]),
                 super_options=parse_options(fields[sep + 3]),
+                device=fields[2],
             )
         )
     return tuple(mounts)

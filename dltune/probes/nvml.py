@@ -7,7 +7,9 @@ GPU -> an entry with its error while the others still report; nvmlShutdown alway
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
+import importlib.util
 import json
 import sys
 from collections.abc import Callable
@@ -79,6 +81,9 @@ NVML_TIMEOUT_S = 10.0
 def probe_nvml_in_child(timeout: float = NVML_TIMEOUT_S, deadline: Deadline | None = None) -> NvmlState:
     """probe_nvml in a child process under a deadline: a hung NVML is a finding, never a hung audit.
     While an earlier audit's NVML child is still stuck, no second one is started (it would hang too)."""
+    absent = _library_absent()
+    if absent is not None:
+        return absent
     stuck = stuck_children("nvml", older_than=timeout)
     if stuck:
         return NvmlState(
@@ -103,6 +108,18 @@ def probe_nvml_in_child(timeout: float = NVML_TIMEOUT_S, deadline: Deadline | No
         return NvmlState(
             False, f"NVML probe failed (rc={done.returncode}): {done.stderr.strip()[-300:] or exc}"
         )
+
+
+def _library_absent() -> NvmlState | None:
+    """Answer without a child where NVML cannot even load (no GPU driver on this node): dlopen of the
+    library pynvml loads runs no driver call, and saves a Python start on every non-GPU node."""
+    if importlib.util.find_spec("pynvml") is None:
+        return NvmlState(available=False, error="nvidia-ml-py is not installed")
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return NvmlState(available=False, error="NVML Shared Library Not Found", error_code=12)
+    return None
 
 
 def _from_json(data: dict[str, Any]) -> NvmlState:

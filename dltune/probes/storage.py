@@ -62,16 +62,24 @@ def resolve_uuids(fs: HostFS, runner: CommandRunner, uuids: Iterable[str]) -> di
 
 
 def space_of(
-    fs: HostFS, mount_points: Iterable[str], deadline: Deadline | None = None
+    fs: HostFS,
+    mount_points: Iterable[str],
+    deadline: Deadline | None = None,
+    mounts: Iterable[Mount] = (),
 ) -> dict[str, SpaceInfo]:
     """Space and inodes of each data mount, statfs in children under a deadline (a hung disk or a
-    dead network mount costs the timeout, never the audit); a mount that did not answer is absent."""
+    dead network mount costs the timeout, never the audit); a mount that did not answer is absent.
+    One statfs per filesystem: the bind mounts of a host with many containers share their answer."""
     points = list(mount_points)
+    device_of = {m.mount_point: m.device for m in mounts if m.device}
+    asked: dict[str, str] = {}  # filesystem (device, or the path itself) -> the path asked for it
+    for mp in points:
+        asked.setdefault(device_of.get(mp, mp), str(fs.path(mp)))
     limit = deadline.limit(STATVFS_TIMEOUT_S) if deadline else STATVFS_TIMEOUT_S
-    answers = statfs_many([str(fs.path(mp)) for mp in points], limit) if points else {}
+    answers = statfs_many(list(asked.values()), limit) if asked else {}
     result: dict[str, SpaceInfo] = {}
     for mp in points:
-        answer = answers.get(str(fs.path(mp)))
+        answer = answers.get(asked[device_of.get(mp, mp)])
         if isinstance(answer, StatFs):
             result[mp] = SpaceInfo(
                 total_bytes=answer.total_bytes,

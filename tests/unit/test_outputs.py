@@ -123,3 +123,25 @@ def test_facts_file_is_read_back_by_ansible_setup(tmp_path: Path) -> None:
     assert dltune_facts["schema_version"] == 1
     assert dltune_facts["summary"]["tuned"] is False
     assert "storage.tmp_tmpfs" in dltune_facts["summary"]["failed"]
+
+
+def test_the_human_table_groups_thousands_of_one_finding_and_json_keeps_each() -> None:
+    """A host with many container bind mounts: one row per check and status in the table, one
+    result per mount in JSON (and so in Prometheus)."""
+    import io
+
+    from rich.console import Console
+
+    from dltune.model import Result, Status
+    from dltune.report import render_human, render_json
+
+    results = [
+        Result("storage.data_noatime", Status.WARN, f"/b/{i} (ext4) is mounted relatime", subject=f"/b/{i}")
+        for i in range(5000)
+    ] + [Result("system.reboot_required", Status.PASS, "no reboot pending")]
+    out = io.StringIO()
+    render_human(results, Console(file=out, width=200), "node1")
+    text = out.getvalue()
+    assert "5000 subjects (/b/0, /b/1, /b/2, ...)" in text and "(and 4999 more)" in text
+    assert text.count("storage.data_noatime") == 1 and "5000 warn" in text
+    assert len(json.loads(render_json(results, "node1", datetime.now(timezone.utc)))["results"]) == 5001

@@ -150,3 +150,37 @@ def test_check_mode_plans_the_prebuilt_kernel_modules_ubuntu_drivers_names(host:
     assert modules in plan["missing"]
     assert run.results["Ensure the driver packages are installed"]["changed"]
     assert dpkg_status(host) == before
+
+
+def test_auto_follows_ubuntu_drivers_recommendation_for_every_model(host: Any) -> None:
+    """V100, A100, H100, L40S and a K80 on the real archive, with a linux-image metapackage installed:
+    `auto` with the default settings (-server, open auto, prebuilt modules) installs what `ubuntu-drivers
+    list --gpgpu --recommended` prints, or that branch's -server variant where the recommendation is
+    not a -server driver, or refuses with the documented message (no -server driver, no prebuilt
+    modules) — never another branch."""
+    if "driver_auto" not in groups_of(host):
+        pytest.skip("planned once, on the auto node")
+    run = run_playbook(host, SCENARIO / "plan_models.yml", {})
+    assert run.rc == 0, run.failures
+    recommended = run.results["Ask ubuntu-drivers for its own recommendation for each model"]["results"]
+    plans = run.results["Plan the driver for each model with the role's defaults"]["results"]
+    seen = {}
+    for asked, plan in zip(recommended, plans, strict=True):
+        model = asked["item"]["key"]
+        lines = [line for line in asked["stdout"].splitlines() if line.startswith("nvidia-driver-")]
+        assert len(lines) == 1, (model, asked["stdout"])
+        choice = lines[0].split()[0].rstrip(",")
+        branch = branch_of(choice)
+        if plan.get("failed"):
+            message = plan["msg"]
+            assert branch in message or "-server" in message, (model, choice, message)
+            assert "nvidia_driver_" in message, (model, message)
+            seen[model] = f"refused: {message[:80]}"
+            continue
+        assert plan["recommended"] == choice, (model, plan["recommended"], choice)
+        if "-server" in choice:
+            assert plan["driver_package"] == choice, (model, plan["driver_package"], choice)
+        else:
+            assert plan["branch"] == branch and plan["server"], (model, plan["driver_package"], choice)
+        seen[model] = plan["driver_package"]
+    assert set(seen) == {"v100", "a100", "h100", "l40s", "k80"}, seen
