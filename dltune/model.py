@@ -42,7 +42,7 @@ class Result:
 
     @property
     def area(self) -> str:
-        return self.id.split(".", 1)[0]
+        return self.id.partition(".")[0]
 
     def to_dict(self) -> dict[str, Any]:
         return {

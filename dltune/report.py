@@ -40,7 +40,14 @@ def envelope(
 
 
 def render_json(results: Sequence[Result], host: str, now: datetime) -> str:
-    return json.dumps(envelope(results, host, now), indent=2, sort_keys=False) + "\n"
+    """The envelope with one result per line: valid JSON, easy to grep, and written by one call of
+    json's C encoder (indent= takes its pure-Python path: 50,000 results took seconds)."""
+    text = json.dumps(envelope(results, host, now))
+    # Inside a JSON string a quote is escaped, so '}, {"id": ' only ever joins two results.
+    return (
+        text.replace('"results": [{"id": ', '"results": [\n{"id": ').replace('}, {"id": ', '},\n{"id": ')
+        + "\n"
+    )
 
 
 # More results than this of one check with one status (a host with thousands of container bind

@@ -177,7 +177,8 @@ def data_noatime(snap: Snapshot) -> list[Result]:
             ]
         results = []
         for mount in candidates:
-            mode = _atime_mode(mount.options)
+            # The kernel shows the atime mode among the per-mount options (cheaper than all options).
+            mode = _atime_mode(mount.mount_options)
             advice: dict[str, Any] = {
                 "judged_against": "built-in best practice (no manifest from role data_disks)",
                 "fstype": mount.fstype,
@@ -318,7 +319,14 @@ def data_fstab(snap: Snapshot) -> list[Result]:
 def data_space(snap: Snapshot) -> list[Result]:
     check_id = "storage.data_space"
     results = []
-    for mp, space in sorted(snap.space.items()):
+    # One judgement per filesystem: its bind mounts (thousands on a host full of containers) share
+    # its space, and are named in the evidence instead of each getting the same finding.
+    device_of = {m.mount_point: m.device for m in snap.mounts if m.device}
+    by_filesystem: dict[str, list[str]] = {}
+    for mp in sorted(snap.space):
+        by_filesystem.setdefault(device_of.get(mp, mp), []).append(mp)
+    for points in by_filesystem.values():
+        mp, space = points[0], snap.space[points[0]]
         free = space.free_bytes / space.total_bytes if space.total_bytes else 1.0
         ifree = space.free_inodes / space.total_inodes if space.total_inodes else 1.0  # btrfs: no inode limit
         metrics = {
@@ -327,7 +335,10 @@ def data_space(snap: Snapshot) -> list[Result]:
             "free_inodes": float(space.free_inodes),
             "total_inodes": float(space.total_inodes),
         }
-        fractions = {"free_fraction": round(free, 4), "free_inode_fraction": round(ifree, 4)}
+        fractions: dict[str, Any] = {"free_fraction": round(free, 4), "free_inode_fraction": round(ifree, 4)}
+        if len(points) > 1:
+            fractions["also_mounted_at"] = points[1:6]
+            fractions["other_mount_points"] = len(points) - 1
         worst = min(free, ifree)
         what = "inodes" if ifree < free else "space"
         if worst < SPACE_FAIL:

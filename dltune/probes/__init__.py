@@ -155,7 +155,7 @@ def collect_snapshot(
         ),
         nfs_stats=(
             {m.mount_point: m for m in parse_mountstats(read_optional(fs, "/proc/self/mountstats") or "").nfs}
-            if needed("nfs")
+            if needed("nfs") and any(m.fstype in NFS_FSTYPES for m in mounts)
             else {}
         ),
         kernel_log=(

@@ -72,16 +72,18 @@ def space_of(
     One statfs per filesystem: the bind mounts of a host with many containers share their answer."""
     points = list(mount_points)
     device_of = {m.mount_point: m.device for m in mounts if m.device}
-    asked: dict[str, str] = {}  # filesystem (device, or the path itself) -> the path asked for it
+    asked: dict[str, str] = {}  # filesystem (device, or the mount point itself) -> a mount point of it
     for mp in points:
-        asked.setdefault(device_of.get(mp, mp), str(fs.path(mp)))
+        asked.setdefault(device_of.get(mp, mp), mp)
     limit = deadline.limit(STATVFS_TIMEOUT_S) if deadline else STATVFS_TIMEOUT_S
-    answers = statfs_many(list(asked.values()), limit) if asked else {}
-    result: dict[str, SpaceInfo] = {}
-    for mp in points:
-        answer = answers.get(asked[device_of.get(mp, mp)])
+    host_paths = {mp: str(fs.path(mp)) for mp in asked.values()}
+    answers = statfs_many(list(host_paths.values()), limit) if asked else {}
+    # One SpaceInfo per filesystem, shared by its mount points (50,000 bind mounts: one object).
+    spaces: dict[str, SpaceInfo] = {}
+    for filesystem, mp in asked.items():
+        answer = answers.get(host_paths[mp])
         if isinstance(answer, StatFs):
-            result[mp] = SpaceInfo(
+            spaces[filesystem] = SpaceInfo(
                 total_bytes=answer.total_bytes,
                 free_bytes=answer.free_bytes,
                 total_inodes=answer.total_inodes,
@@ -89,4 +91,9 @@ def space_of(
             )
         elif deadline and deadline.expired():
             deadline.missed[f"statfs {mp}"] = f"statfs of {mp} (storage.data_space)"
+    result: dict[str, SpaceInfo] = {}
+    for mp in points:
+        space = spaces.get(device_of.get(mp, mp))
+        if space is not None:
+            result[mp] = space
     return result
