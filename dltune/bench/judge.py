@@ -7,7 +7,7 @@ for a model with no spec; training is input-bound when real data is >10% slower 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dltune.bench.specs import Spec, spec_for
@@ -64,14 +64,28 @@ class Training:
     settings: dict[str, object] = field(default_factory=dict)
 
 
-def unreliable(figure: str, measured: float | None, limit: float | None, spread: float | None) -> str | None:
-    """Why a measured figure cannot be true (None when it can): above its physical limit, or repeats
-    that disagree by more than REPEAT_SPREAD."""
-    if measured is not None and limit and measured > limit:
+def unreliable(figure: str, measured: float, peak: float | None, spread: float | None) -> str | None:
+    """Why a measured figure cannot be true (None when it can): above the published peak (with
+    PEAK_TOLERANCE for the datasheet's rounding), or repeats that disagree by more than REPEAT_SPREAD."""
+    if peak and measured > peak * PEAK_TOLERANCE:
         return f"unreliable measurement: {figure} is above what the hardware can do"
     if spread is not None and spread > REPEAT_SPREAD:
         return f"unreliable measurement: repeats disagree by {spread:.0%} (more than {REPEAT_SPREAD:.0%})"
     return None
+
+
+def _unreliable_result(
+    check_id: str, subject: str, why: str, evidence: Mapping[str, object], metrics: Mapping[str, float]
+) -> Result:
+    return Result(
+        check_id,
+        Status.WARN,
+        why,
+        subject=subject,
+        evidence=evidence,
+        metrics=metrics,
+        remedy=UNRELIABLE_REMEDY,
+    )
 
 
 def judge_matmul(samples: Sequence[Matmul], lookup: Callable[[str], Spec | None] = spec_for) -> list[Result]:
@@ -102,24 +116,13 @@ def judge_matmul(samples: Sequence[Matmul], lookup: Callable[[str], Spec | None]
             summary += " (no published peak for this device: compared with the node's others only)"
         ratio = s.tflops / best[s.dtype] if best[s.dtype] else 1.0
         metrics["fraction_of_best"] = ratio
-        broken = unreliable(
-            f"{s.tflops:.1f} TFLOPS ({s.tflops / peak:.0%} of the dense peak)" if peak else "",
-            s.tflops,
-            peak * PEAK_TOLERANCE if peak else None,
-            s.spread,
-        )
+        figure = f"{s.tflops:.1f} TFLOPS ({s.tflops / peak:.0%} of the dense peak)" if peak else ""
+        broken = unreliable(figure, s.tflops, peak, s.spread)
         if broken:
             evidence["spread"] = s.spread
+            subject = f"{s.device}:{s.dtype}"
             results.append(
-                Result(
-                    "bench.matmul",
-                    Status.WARN,
-                    f"{s.dtype} matmul: {broken}",
-                    subject=f"{s.device}:{s.dtype}",
-                    evidence=evidence,
-                    remedy=UNRELIABLE_REMEDY,
-                    metrics=metrics,
-                )
+                _unreliable_result("bench.matmul", subject, f"{s.dtype} matmul: {broken}", evidence, metrics)
             )
             continue
         if ratio < OUTLIER:
@@ -149,23 +152,13 @@ def judge_bandwidth(
         metrics = {"gb_s": s.gb_s}
         summary, status = f"{s.kind} {s.gb_s:.1f} GB/s", Status.PASS
         peak = spec.memory_gb_s if s.kind == "device copy" and spec else None
-        broken = unreliable(
-            f"{s.gb_s:.0f} GB/s, above the card's published {peak:g} GB/s" if peak else "",
-            s.gb_s,
-            peak * PEAK_TOLERANCE if peak else None,
-            s.spread,
-        )
+        figure = f"{s.gb_s:.0f} GB/s, above the card's published {peak:g} GB/s" if peak else ""
+        broken = unreliable(figure, s.gb_s, peak, s.spread)
         if broken:
+            check_id = "bench.memory" if s.kind == "device copy" else "bench.host_transfer"
+            evidence = {"name": s.name, "kind": s.kind, "spread": s.spread}
             results.append(
-                Result(
-                    "bench.memory" if s.kind == "device copy" else "bench.host_transfer",
-                    Status.WARN,
-                    f"{s.kind}: {broken}",
-                    subject=f"{s.device}:{s.kind}",
-                    evidence={"name": s.name, "kind": s.kind, "spread": s.spread},
-                    metrics=metrics,
-                    remedy=UNRELIABLE_REMEDY,
-                )
+                _unreliable_result(check_id, f"{s.device}:{s.kind}", f"{s.kind}: {broken}", evidence, metrics)
             )
             continue
         if s.kind == "device copy" and spec and spec.memory_gb_s:

@@ -19,6 +19,13 @@ MANIFEST_DIR = "/etc/dltune/expected.d"
 MAX_FRAGMENT_BYTES = 1 << 20
 
 _STRINGS = of(list, items=of(str))
+
+
+def _objects(**keys: Field) -> Field:
+    """A list of objects with these keys."""
+    return of(list, items=of(dict, keys=keys))
+
+
 _COMMON: dict[str, Field] = {
     "schema_version": of(int, choices=(1,)),
     "role": of(str),
@@ -34,17 +41,8 @@ ROLE_KEYS: dict[str, dict[str, Field]] = {
         "live_mount": optional(str, bool),
     },
     "data_disks": {
-        "disks": of(
-            list,
-            items=of(
-                dict,
-                keys={
-                    "mount_point": of(str),
-                    "uuid": of(str),
-                    "fstype": optional(str),
-                    "options": optional(list, items=of(str)),
-                },
-            ),
+        "disks": _objects(
+            mount_point=of(str), uuid=of(str), fstype=optional(str), options=optional(list, items=of(str))
         ),
         "system_noatime": optional(list, items=of(str)),
     },
@@ -64,17 +62,11 @@ ROLE_KEYS: dict[str, dict[str, Field]] = {
         "state": of(str),
         "options": optional(list, items=of(str)),
         "route_persistence": optional(str),
-        "vips": of(
-            list,
-            items=of(
-                dict,
-                keys={
-                    "address": of(str),
-                    "mount_point": of(str),
-                    "interface": optional(str, type(None)),
-                    "source": optional(str, type(None)),
-                },
-            ),
+        "vips": _objects(
+            address=of(str),
+            mount_point=of(str),
+            interface=optional(str, type(None)),
+            source=optional(str, type(None)),
         ),
     },
     "dl_env": {

@@ -69,21 +69,26 @@ def _abandon(child: subprocess.Popen[str]) -> None:
                 stream.close()
 
 
+def _spawn(argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """A child in a session of its own (so its whole group can be killed), text pipes, no stdin."""
+    return subprocess.Popen(
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        env=env,
+    )
+
+
 def run_child(argv: Sequence[str], timeout: float, env: dict[str, str] | None = None) -> ChildResult:
     """Run argv with a deadline. A child that is late is killed (SIGKILL: it may ignore SIGTERM) and
     abandoned; a program that does not exist answers like one that failed (127)."""
     start = time.monotonic()
     try:
-        child = subprocess.Popen(
-            list(argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-            env=env,
-        )
+        child = _spawn(argv, env)
     except OSError as exc:
         return ChildResult(127, "", f"{argv[0]}: {exc.strerror or exc}", 0.0)
     try:
@@ -109,15 +114,7 @@ def statfs_many(paths: Sequence[str], timeout: float) -> dict[str, StatFs | str]
     children: dict[str, subprocess.Popen[str] | str] = {}
     for path in paths:
         try:
-            children[path] = subprocess.Popen(
-                ["stat", "--file-system", "--format", STATFS_FORMAT, "--", path],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                errors="replace",
-                start_new_session=True,
-            )
+            children[path] = _spawn(["stat", "--file-system", "--format", STATFS_FORMAT, "--", path])
         except OSError as exc:
             children[path] = f"stat could not run: {exc.strerror or exc}"
     found: dict[str, StatFs | str] = {}
