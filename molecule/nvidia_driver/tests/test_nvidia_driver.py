@@ -171,8 +171,8 @@ def test_auto_follows_ubuntu_drivers_recommendation_for_every_model(host: Any) -
         assert len(lines) == 1, (model, asked["stdout"])
         choice = lines[0].split()[0].rstrip(",")
         branch = branch_of(choice)
-        if plan.get("failed"):
-            message = plan["msg"]
+        if "driver_package" not in plan:  # the module refused (failed_when: false keeps the loop going)
+            message = str(plan.get("msg", ""))
             assert branch in message or "-server" in message, (model, choice, message)
             assert "nvidia_driver_" in message, (model, message)
             seen[model] = f"refused: {message[:80]}"
@@ -184,3 +184,4 @@ def test_auto_follows_ubuntu_drivers_recommendation_for_every_model(host: Any) -
             assert plan["branch"] == branch and plan["server"], (model, plan["driver_package"], choice)
         seen[model] = plan["driver_package"]
     assert set(seen) == {"v100", "a100", "h100", "l40s", "k80"}, seen
+    print("auto per model:", seen)
