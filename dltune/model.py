@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,11 @@ EXIT_FAIL = 1
 EXIT_USAGE_OR_ERROR = 2
 
 
+@functools.lru_cache(maxsize=256)
+def _area(check_id: str) -> str:
+    return check_id.partition(".")[0]
+
+
 @dataclass(frozen=True)
 class Result:
     """One judgement of one check on one subject (a mount path, a GPU, a VIP... or None)."""
@@ -42,7 +48,7 @@ class Result:
 
     @property
     def area(self) -> str:
-        return self.id.partition(".")[0]
+        return _area(self.id)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -82,13 +82,15 @@ def parse_mountinfo(text: str) -> tuple[Mount, ...]:
             continue
         if len(fields) < sep + 4:
             continue
+        # The kernel writes option lists without empty items: a plain split is exact here.
+        mount_options, super_options = fields[5], fields[sep + 3]
         mounts.append(
             Mount(
                 _unescaped(fields[4]),
                 fields[sep + 1],
                 _unescaped(fields[sep + 2]),
-                parse_options(fields[5]),
-                parse_options(fields[sep + 3]),
+                tuple(mount_options.split(",")) if mount_options else (),
+                tuple(super_options.split(",")) if super_options else (),
                 fields[2],
             )
         )
