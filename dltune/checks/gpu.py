@@ -3,6 +3,7 @@ hide the others. Fields a GPU does not support give ``skip``."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -365,16 +366,15 @@ def xid(snap: Snapshot) -> list[Result]:
     results = []
     for device, events in sorted(by_device.items()):
         buckets = [_bucket(e) for e in events]
+        labels = [_label(e) for e in events]
         # Xid 154 states the current recovery action: a later "to 0x0 (None)" means it was cleared.
         recovery = [e for e in events if e.xid == 154]
-        serious = sorted({_label(e) for e, b in zip(events, buckets, strict=True) if b in TAKES_GPU_OUT})
+        serious = sorted({label for label, b in zip(labels, buckets, strict=True) if b in TAKES_GPU_OUT})
         if recovery and recovery[-1].recovery_action == 0:
             serious = [label for label in serious if not label.startswith("Xid 154")]
         worst = next((b for b in ("RESTART_BM", "RESET_GPU", "CONTACT_SUPPORT") if b in buckets), None)
-        counts: dict[str, int] = {}
-        for e in events:
-            counts[_label(e)] = counts.get(_label(e), 0) + 1
-        unlisted = sorted({_label(e) for e, b in zip(events, buckets, strict=True) if b == UNKNOWN_XID})
+        counts = dict(Counter(labels))
+        unlisted = sorted({label for label, b in zip(labels, buckets, strict=True) if b == UNKNOWN_XID})
         subject = device if device.startswith("minor") or device == UNKNOWN_DEVICE else f"PCI:{device}"
         evidence = {
             "events": counts,

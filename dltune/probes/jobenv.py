@@ -104,9 +104,10 @@ def job_paths(
     wanted += [str(p) for p in dict(fragment.get("hooks", {})).values()]
     space: dict[str, StatFs | str] = {}
     job_dir = environ.get("SLURM_TMPDIR", "")
-    if job_dir.startswith("/") and os.path.isdir(fs.path(job_dir)):
+    host_dir = str(fs.path(job_dir))
+    if job_dir.startswith("/") and os.path.isdir(host_dir):
         limit = deadline.limit(STATFS_TIMEOUT_S) if deadline else STATFS_TIMEOUT_S
-        space = {job_dir: statfs_many([str(fs.path(job_dir))], limit)[str(fs.path(job_dir))]}
+        space = {job_dir: statfs_many([host_dir], limit)[host_dir]}
         if isinstance(space[job_dir], str) and deadline and deadline.expired():
             deadline.missed["slurm_tmpdir"] = f"statfs of $SLURM_TMPDIR ({job_dir})"
     return {path: path_info(fs, path, mounts, space.get(path)) for path in wanted}

@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from dltune.probes.mounts import unescape
+
 _DEVICE = re.compile(
     r"^device (?P<device>\S+) mounted on (?P<mount>\S+) with fstype (?P<fstype>\S+)"
     r"(?: statvers=(?P<statvers>\S+))?"
 )
-_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
 @dataclass(frozen=True)
@@ -36,21 +37,12 @@ class NfsMountStats:
     age_seconds: int | None = None
     transports: tuple[Transport, ...] = ()
 
-    @property
-    def nconnect(self) -> int:
-        value = self.options.get("nconnect", "1")
-        return int(value) if value.isdigit() else 1
-
 
 @dataclass(frozen=True)
 class Mountstats:
     nfs: tuple[NfsMountStats, ...]
     other_mounts: int
     stray_lines: int  # lines outside any device block
-
-
-def _unescape(text: str) -> str:
-    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), text)
 
 
 def _transport(words: list[str]) -> Transport | None:
@@ -84,8 +76,8 @@ def parse_mountstats(text: str) -> Mountstats:
             current = None
             if match["fstype"].startswith("nfs"):
                 current = {
-                    "device": _unescape(match["device"]),
-                    "mount_point": _unescape(match["mount"]),
+                    "device": unescape(match["device"]),
+                    "mount_point": unescape(match["mount"]),
                     "fstype": match["fstype"],
                     "statvers": match["statvers"],
                     "options": {},

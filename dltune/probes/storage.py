@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from dltune.probes.hostfs import HostFS
@@ -18,13 +17,8 @@ DATA_FSTYPES = frozenset({"ext4", "ext3", "xfs", "btrfs", "f2fs"})
 SYSTEM_MOUNT_POINTS = frozenset({"/", "/boot", "/boot/efi", "/usr", "/var", "/var/log"})
 STATVFS_TIMEOUT_S = 2.0
 
-
-@dataclass(frozen=True)
-class SpaceInfo:
-    total_bytes: int
-    free_bytes: int
-    total_inodes: int
-    free_inodes: int
+# Space and inodes of a filesystem: what statfs answered (one type for the probe and the checks).
+SpaceInfo = StatFs
 
 
 def looks_like_data_mount(mount: Mount) -> bool:
@@ -83,12 +77,7 @@ def space_of(
     for filesystem, mp in asked.items():
         answer = answers.get(host_paths[mp])
         if isinstance(answer, StatFs):
-            spaces[filesystem] = SpaceInfo(
-                total_bytes=answer.total_bytes,
-                free_bytes=answer.free_bytes,
-                total_inodes=answer.total_inodes,
-                free_inodes=answer.free_inodes,
-            )
+            spaces[filesystem] = answer
         elif deadline and deadline.expired():
             deadline.missed[f"statfs {mp}"] = f"statfs of {mp} (storage.data_space)"
     result: dict[str, SpaceInfo] = {}
