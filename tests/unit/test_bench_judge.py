@@ -28,7 +28,7 @@ from dltune.model import Status
         ("NVIDIA H100 PCIe", "H100 PCIe"),
         ("NVIDIA H200", "H200 SXM"),
         ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
-        ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"),
         ("NVIDIA L40S", "L40S"),
         ("Tesla V100-SXM2-32GB", "V100 SXM2"),
     ],
@@ -48,11 +48,38 @@ def h100(tflops: float, device: str = "cuda:0") -> Matmul:
     return Matmul(device, "NVIDIA H100 80GB HBM3", "bf16", 8192, tflops)
 
 
-def test_matmul_fraction_of_spec_decides_the_status() -> None:
-    assert judge_matmul([h100(800)])[0].status is Status.PASS  # 81%
-    assert judge_matmul([h100(600)])[0].status is Status.WARN  # 61%
-    failed = judge_matmul([h100(400)])[0]  # 40%
+def test_matmul_is_judged_against_what_a_healthy_card_reaches_not_the_datasheet() -> None:
+    """A healthy H100 SXM reaches about 83% of its 989.5 dense bf16 TFLOPS (821, mamf-finder); 700 at
+    n=8192 is a healthy card (71% of the datasheet: a warning under a datasheet-only rule)."""
+    healthy = judge_matmul([h100(700)])[0]
+    assert healthy.status is Status.PASS
+    assert healthy.metrics["fraction_of_achievable"] == pytest.approx(700 / (989.5 * 0.83))
+    assert "mamf-finder" in str(healthy.evidence["judged_against"]) and healthy.evidence["n"] == 8192
+    assert judge_matmul([h100(600)])[0].status is Status.WARN  # 73% of achievable
+    failed = judge_matmul([h100(400)])[0]  # 49% of achievable
     assert failed.status is Status.FAIL and failed.metrics["fraction_of_spec"] == pytest.approx(400 / 989.5)
+    # An A100 reaches 86% of its 312: 250 TFLOPS is healthy (80% of the datasheet, 93% of achievable).
+    a100 = judge_matmul([Matmul("cuda:0", "NVIDIA A100-SXM4-80GB", "bf16", 8192, 250)])[0]
+    assert a100.status is Status.PASS and a100.metrics["fraction_of_achievable"] == pytest.approx(250 / 268.32)
+
+
+def test_mig_slices_are_compared_with_slices_of_their_own_profile_only() -> None:
+    """On a node with whole GPUs and MIG slices, a 1g.10gb slice has a seventh of the engines: it is not
+    judged against the H100 peak, nor is it an outlier next to a whole GPU; a slow slice among slices is."""
+    whole = "NVIDIA H100 80GB HBM3"
+    slice_name = "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    samples = [
+        Matmul("cuda:0", whole, "bf16", 8192, 750.0),
+        Matmul("cuda:1", slice_name, "bf16", 8192, 100.0),
+        Matmul("cuda:2", slice_name, "bf16", 8192, 98.0),
+        Matmul("cuda:3", slice_name, "bf16", 8192, 60.0),
+    ]
+    results = {r.subject: r for r in judge_matmul(samples)}
+    assert results["cuda:0:bf16"].status is Status.PASS
+    assert results["cuda:1:bf16"].status is Status.PASS and "MIG slice" in results["cuda:1:bf16"].summary
+    assert "peak_tflops" not in results["cuda:1:bf16"].evidence
+    assert results["cuda:2:bf16"].status is Status.PASS
+    assert results["cuda:3:bf16"].status is Status.WARN and "outlier" in results["cuda:3:bf16"].summary
 
 
 def test_a_gpu_slower_than_the_nodes_best_is_an_outlier_even_without_a_spec() -> None:

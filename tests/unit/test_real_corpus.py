@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from dltune.bench.specs import spec_for
 from dltune.checks.gpu import xid
 from dltune.probes import Snapshot, nvidia_module_version
 from dltune.probes.mounts import fstab_entry_for, mount_at, parse_fstab, parse_mountinfo, unescape
@@ -145,3 +146,14 @@ def test_ip_route_get(sample: Sample) -> None:
     runner = RecordedRunner({command: {"stdout": sample.body}})
     choice = route_to(runner, "192.0.2.1")
     assert (choice.dev, choice.prefsrc or "-", choice.error) == (words[1], words[3], None)
+
+
+@pytest.mark.parametrize("sample", samples("gpu_names"), ids=str)
+def test_gpu_names_map_to_their_own_peak(sample: Sample) -> None:
+    """Exact device names as NVML, nvidia-smi and torch printed them on real nodes: each maps to its own
+    variant's figures (PCIe vs SXM vs NVL, 40 vs 80 GB, GH200 vs H200), a MIG slice and an unlisted
+    card to none (compared with the node's other devices of the same name only)."""
+    name = sample.header["NAME"]
+    assert name in sample.body
+    spec = spec_for(name)
+    assert (spec.model if spec else "none") == sample.expect
