@@ -23,8 +23,8 @@ from dltune.probes.nvml import (
 from dltune.probes.nvrm import UNKNOWN_DEVICE, GpuEvent
 
 THERMAL_MARGIN_C = 5
-HW_REASONS = HW_SLOWDOWN | HW_THERMAL | HW_POWER_BRAKE
-SW_REASONS = SW_THERMAL | SW_POWER_CAP
+# A reason that held the clocks for at least half of the probe's window persists (not a passing event).
+SUSTAINED_SHARE = 0.5
 
 
 def _subject(gpu: Gpu) -> str:
@@ -42,13 +42,23 @@ def _per_gpu(check_id: str, snap: Snapshot, judge: Callable[[Gpu], Result]) -> l
         return [_unavailable(check_id, snap)]
     if not snap.nvml.gpus:
         return [Result(check_id, Status.SKIP, "no GPUs")]
-    # A lost GPU is reported once, by gpu.present; its other checks cannot say anything.
+    # A lost GPU is reported once, by gpu.present; its other checks cannot say anything. Nor can they
+    # for a GPU this process may not read (a job's device cgroup hides the node's other GPUs).
     return [
-        judge(g)
-        if g.error is None
-        else Result(check_id, Status.SKIP, f"GPU lost: {g.error}", subject=_subject(g))
+        Result(check_id, Status.SKIP, f"GPU lost: {g.error}", subject=_subject(g))
+        if g.error is not None
+        else Result(check_id, Status.SKIP, _unreadable_summary(g), subject=_subject(g))
+        if g.unreadable is not None
+        else judge(g)
         for g in snap.nvml.gpus
     ]
+
+
+def _unreadable_summary(gpu: Gpu) -> str:
+    return (
+        f"not readable by this process (NVML: {gpu.unreadable}): a job's device cgroup hides it; "
+        "audit as root or outside the job to judge it"
+    )
 
 
 @check("gpu.present", needs=("manifest:nvidia_driver",))
@@ -56,7 +66,8 @@ def present(snap: Snapshot) -> list[Result]:
     if not snap.nvml.available:
         return [_unavailable("gpu.present", snap)]
     expected = snap.expected.get("nvidia_driver", {}).get("gpu_count")
-    healthy = [g for g in snap.nvml.gpus if g.error is None]
+    healthy = [g for g in snap.nvml.gpus if g.error is None and g.unreadable is None]
+    unreadable = [g for g in snap.nvml.gpus if g.unreadable is not None]
     results = [
         Result(
             "gpu.present",
@@ -72,15 +83,22 @@ def present(snap: Snapshot) -> list[Result]:
     evidence: dict[str, Any] = {
         "visible": len(snap.nvml.gpus),
         "healthy": len(healthy),
+        "unreadable": len(unreadable),
         "expected": expected,
         "models": sorted({g.name for g in healthy if g.name}),
     }
-    if expected is not None and len(healthy) < int(expected):
+    hidden = (
+        f" ({len(unreadable)} more not readable by this process: NVML says {unreadable[0].unreadable}, "
+        "as in a job's device cgroup; not judged)"
+        if unreadable
+        else ""
+    )
+    if expected is not None and len(healthy) + len(unreadable) < int(expected):
         results.append(
             Result(
                 "gpu.present",
                 Status.FAIL,
-                f"{len(healthy)} of {expected} GPUs answer",
+                f"{len(healthy)} of {expected} GPUs answer{hidden}",
                 evidence=evidence,
                 critical=True,
                 remedy="reseat or replace the missing GPU",
@@ -91,7 +109,7 @@ def present(snap: Snapshot) -> list[Result]:
             Result(
                 "gpu.present",
                 Status.PASS,
-                f"{len(healthy)} GPUs answer",
+                f"{len(healthy)} GPUs answer{hidden}",
                 evidence=evidence,
                 metrics={"gpus": float(len(healthy))},
             )
@@ -149,6 +167,15 @@ def ecc(snap: Snapshot) -> list[Result]:
     return _per_gpu("gpu.ecc", snap, judge)
 
 
+def _idle(gpu: Gpu) -> bool | None:
+    """Idle by the clock event reasons, else by utilization; None when the driver reports neither."""
+    if gpu.clock_event_reasons is not None:
+        return bool(gpu.clock_event_reasons & IDLE)
+    if gpu.utilization_percent is not None:
+        return gpu.utilization_percent == 0
+    return None
+
+
 @check("gpu.pcie")
 def pcie(snap: Snapshot) -> list[Result]:
     def judge(g: Gpu) -> Result:
@@ -170,8 +197,10 @@ def pcie(snap: Snapshot) -> list[Result]:
                 evidence=evidence,
                 remedy="reseat the GPU or riser; check the slot and BIOS settings",
             )
-        idle = g.clock_event_reasons is not None and bool(g.clock_event_reasons & IDLE)
-        if g.pcie_gen < g.pcie_gen_max and not idle:  # type: ignore[operator]
+        idle = _idle(g)
+        evidence["idle"] = idle
+        lowered = g.pcie_gen < g.pcie_gen_max  # type: ignore[operator]
+        if lowered and idle is False:
             return Result(
                 "gpu.pcie",
                 Status.WARN,
@@ -180,46 +209,116 @@ def pcie(snap: Snapshot) -> list[Result]:
                 evidence=evidence,
                 remedy="check BIOS PCIe speed and the riser",
             )
-        note = " (idle GPUs lower the generation to save power)" if g.pcie_gen < g.pcie_gen_max else ""  # type: ignore[operator]
+        note = ""
+        if lowered:
+            note = (
+                " (idle GPUs lower the generation to save power)"
+                if idle
+                else " (the generation is lowered; whether the GPU is idle is not reported: rerun "
+                "`dltune audit --only gpu` while it trains to judge it)"
+            )
         return Result("gpu.pcie", Status.PASS, f"{link}{note}", subject=_subject(g), evidence=evidence)
 
     return _per_gpu("gpu.pcie", snap, judge)
 
 
+def _share_text(share: float | None, window: float | None) -> str:
+    if share is None or not window:
+        return "in both reads of the reason mask"
+    return f"{share:.0%} of a {window:g} s window"
+
+
 @check("gpu.clocks")
 def clocks(snap: Snapshot) -> list[Result]:
+    """What held the clocks over a short window, not one instantaneous mask: NVML's clock-event counters
+    give each reason's share of the window (older drivers: the mask read at both ends). A hardware
+    slowdown that persists is critical; one seen in passing is a warning. A software power cap is the
+    normal state of a loaded A100/H100; it is a finding only where the power limit was lowered."""
+
     def judge(g: Gpu) -> Result:
-        reasons = g.clock_event_reasons
-        if reasons is None:
+        first = g.clock_event_reasons
+        if first is None:
             return Result("gpu.clocks", Status.SKIP, "clock event reasons not supported", subject=_subject(g))
-        names = [name for bit, name in REASON_NAMES.items() if reasons & bit]
-        evidence = {"reasons": names, "mask": hex(reasons)}
-        if reasons & HW_REASONS:
+        later = g.clock_event_reasons_later if g.clock_event_reasons_later is not None else first
+        share = g.clock_event_share or {}
+        seen_mask = first | later
+        names = [name for bit, name in REASON_NAMES.items() if seen_mask & bit]
+        evidence: dict[str, Any] = {
+            "reasons": names,
+            "mask": hex(first),
+            "mask_later": hex(later),
+            "window_s": g.clock_window_s,
+            "share_of_window": {REASON_NAMES[bit]: round(v, 3) for bit, v in sorted(share.items())}
+            if g.clock_event_share is not None
+            else None,
+            "power_limit_w": g.power_limit_w,
+            "power_default_limit_w": g.power_default_limit_w,
+        }
+
+        def persists(bit: int) -> bool:
+            if bit in share:
+                return share[bit] >= SUSTAINED_SHARE
+            return bool(first & bit) and bool(later & bit)
+
+        def seen(bit: int) -> bool:
+            return bool(seen_mask & bit) or share.get(bit, 0.0) > 0
+
+        def label(bits: list[int]) -> str:
+            return ", ".join(
+                f"{REASON_NAMES[bit]} ({_share_text(share.get(bit), g.clock_window_s)})" for bit in bits
+            )
+
+        hardware = [bit for bit in (HW_SLOWDOWN, HW_THERMAL, HW_POWER_BRAKE) if seen(bit)]
+        held = [bit for bit in hardware if persists(bit)]
+        if held:
             return Result(
                 "gpu.clocks",
                 Status.FAIL,
-                f"clocks held down by hardware: {', '.join(names)}",
+                f"clocks held down by hardware: {label(held)}",
                 subject=_subject(g),
                 evidence=evidence,
                 critical=True,
                 remedy="check cooling, power supply and the PSU/power brake cabling",
             )
-        if reasons & SW_REASONS:
+        if hardware:
             return Result(
                 "gpu.clocks",
                 Status.WARN,
-                f"clocks held down: {', '.join(names)}",
+                f"hardware slowdown seen but not sustained: {', '.join(REASON_NAMES[b] for b in hardware)}",
                 subject=_subject(g),
                 evidence=evidence,
-                remedy="check airflow and the power limit (nvidia-smi -q -d POWER)",
+                remedy="rerun `dltune audit --only gpu`; if it recurs, check cooling and power cabling",
             )
-        return Result(
-            "gpu.clocks",
-            Status.PASS,
-            f"clocks free ({', '.join(names) or 'busy'})",
-            subject=_subject(g),
-            evidence=evidence,
+        if persists(SW_THERMAL):
+            return Result(
+                "gpu.clocks",
+                Status.WARN,
+                f"clocks held down: {label([SW_THERMAL])}",
+                subject=_subject(g),
+                evidence=evidence,
+                remedy="check airflow and inlet temperature (nvidia-smi -q -d TEMPERATURE)",
+            )
+        lowered = (
+            g.power_limit_w is not None
+            and g.power_default_limit_w is not None
+            and g.power_limit_w < g.power_default_limit_w * 0.98
         )
+        if seen(SW_POWER_CAP) and lowered:
+            return Result(
+                "gpu.clocks",
+                Status.WARN,
+                f"held at a power limit lowered to {g.power_limit_w:.0f} W "
+                f"(default {g.power_default_limit_w:.0f} W): {label([SW_POWER_CAP])}",
+                subject=_subject(g),
+                evidence=evidence,
+                remedy="restore the default power limit (nvidia-smi -pl) unless it was lowered on purpose",
+            )
+        summary = (
+            "at its power limit (the normal state of a loaded GPU)"
+            if seen(SW_POWER_CAP)
+            else f"clocks free ({', '.join(names) or 'busy'})"
+        )
+        return Result("gpu.clocks", Status.PASS, summary, subject=_subject(g), evidence=evidence)
 
     return _per_gpu("gpu.clocks", snap, judge)
 

@@ -12,6 +12,7 @@ import dataclasses
 import importlib.util
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,12 +42,25 @@ REASON_NAMES = {
     HW_POWER_BRAKE: "hw power brake",
     DISPLAY_CLOCK: "display clock",
 }
+# NVML's clock-event counters (nvmlDeviceGetFieldValues, r535 and later): nanoseconds each reason has
+# held the clocks down since the driver loaded. Two reads CLOCK_WINDOW_S apart give the share of that
+# window, so a reason seen in one instantaneous mask is told apart from one that persists.
+CLOCK_EVENT_FIELDS = {
+    SW_POWER_CAP: 74,  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP
+    SYNC_BOOST: 76,  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST
+    SW_THERMAL: 269,  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN
+    HW_THERMAL: 270,  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN
+    HW_POWER_BRAKE: 271,  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
+}
+CLOCK_WINDOW_S = 0.5
 
 
 @dataclass(frozen=True)
 class Gpu:
     index: int
     error: str | None = None  # a GPU that fell off the bus ("GPU is lost") keeps its slot
+    # NVML refused this process the device (NVML_ERROR_NO_PERMISSION: a job's device cgroup): not lost.
+    unreadable: str | None = None
     name: str | None = None
     uuid: str | None = None
     persistence: bool | None = None
@@ -62,6 +76,13 @@ class Gpu:
     ecc_uncorrected_volatile: int | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
+    utilization_percent: int | None = None
+    power_default_limit_w: float | None = None
+    # The reason mask again at the end of the window, and each counted reason's share of the window
+    # (None where the driver has no clock-event counters).
+    clock_event_reasons_later: int | None = None
+    clock_event_share: dict[int, float] | None = None
+    clock_window_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,8 +144,13 @@ def _library_absent() -> NvmlState | None:
 
 
 def _from_json(data: dict[str, Any]) -> NvmlState:
-    gpus = tuple(Gpu(**gpu) for gpu in data.pop("gpus"))
-    return NvmlState(**data, gpus=gpus)
+    gpus = []
+    for gpu in data.pop("gpus"):
+        share = gpu.get("clock_event_share")
+        if share is not None:  # JSON keys are strings
+            gpu["clock_event_share"] = {int(bit): value for bit, value in share.items()}
+        gpus.append(Gpu(**gpu))
+    return NvmlState(**data, gpus=tuple(gpus))
 
 
 def _text(value: bytes | str) -> str:
@@ -143,8 +169,18 @@ def probe_nvml() -> NvmlState:
     try:
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         count = pynvml.nvmlDeviceGetCount()
+        start = time.monotonic()
+        first = [_gpu(pynvml, i) for i in range(count)]
+        readable = [(gpu, handle, counters) for gpu, handle, counters in first if handle is not None]
+        if readable:
+            time.sleep(max(0.0, CLOCK_WINDOW_S - (time.monotonic() - start)))
+        window = time.monotonic() - start
+        later = {
+            gpu.index: _clock_window(pynvml, gpu, handle, counters, window)
+            for gpu, handle, counters in readable
+        }
         return NvmlState(
-            available=True, driver_version=driver, gpus=tuple(_gpu(pynvml, i) for i in range(count))
+            available=True, driver_version=driver, gpus=tuple(later.get(g.index, g) for g, _h, _c in first)
         )
     except pynvml.NVMLError as exc:
         return NvmlState(available=False, error=str(exc), error_code=exc.value)
@@ -153,11 +189,59 @@ def probe_nvml() -> NvmlState:
             pynvml.nvmlShutdown()
 
 
-def _gpu(pynvml: Any, index: int) -> Gpu:
+def _clock_counters(pynvml: Any, handle: Any) -> dict[int, int] | None:
+    """Each counted reason's nanoseconds since the driver loaded; None without the counters."""
+    try:
+        values = pynvml.nvmlDeviceGetFieldValues(handle, list(CLOCK_EVENT_FIELDS.values()))
+    except (pynvml.NVMLError, AttributeError):
+        return None
+    found = {
+        bit: int(value.value.ullVal)
+        for bit, value in zip(CLOCK_EVENT_FIELDS, values, strict=True)
+        if value.nvmlReturn == pynvml.NVML_SUCCESS
+    }
+    return found or None
+
+
+def _event_reasons(pynvml: Any, handle: Any) -> int | None:
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        getter = getattr(pynvml, name, None)
+        if getter is None:
+            continue
+        try:
+            return int(getter(handle))
+        except pynvml.NVMLError:
+            continue
+    return None
+
+
+def _clock_window(pynvml: Any, gpu: Gpu, handle: Any, before: dict[int, int] | None, window: float) -> Gpu:
+    after = _clock_counters(pynvml, handle) if before else None
+    share = (
+        {
+            bit: min(1.0, max(0.0, (after[bit] - before[bit]) / (window * 1e9)))
+            for bit in before
+            if bit in after
+        }
+        if before and after
+        else None
+    )
+    return dataclasses.replace(
+        gpu,
+        clock_event_reasons_later=_event_reasons(pynvml, handle),
+        clock_event_share=share,
+        clock_window_s=round(window, 3),
+    )
+
+
+def _gpu(pynvml: Any, index: int) -> tuple[Gpu, Any, dict[int, int] | None]:
+    """The GPU's fields, its handle (None when it has none), and its clock-event counters now."""
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    except pynvml.NVMLError_NoPermission as exc:
+        return Gpu(index=index, unreadable=str(exc)), None, None
     except pynvml.NVMLError as exc:
-        return Gpu(index=index, error=str(exc))
+        return Gpu(index=index, error=str(exc)), None, None
 
     lost: list[str] = []
 
@@ -176,7 +260,10 @@ def _gpu(pynvml: Any, index: int) -> Gpu:
         value = field(getter) if getter else None
         return value if value is not None else field(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)
 
+    counters = _clock_counters(pynvml, handle)
     remapped = field(pynvml.nvmlDeviceGetRemappedRows)
+    utilization = field(pynvml.nvmlDeviceGetUtilizationRates)
+    default_limit = field(pynvml.nvmlDeviceGetPowerManagementDefaultLimit)
     power = field(pynvml.nvmlDeviceGetPowerUsage)
     limit = field(pynvml.nvmlDeviceGetEnforcedPowerLimit)
     persistence = field(pynvml.nvmlDeviceGetPersistenceMode)
@@ -205,8 +292,12 @@ def _gpu(pynvml: Any, index: int) -> Gpu:
         ),
         remapped_rows_pending=None if remapped is None else bool(remapped[2]),
         remapped_rows_failure=None if remapped is None else bool(remapped[3]),
+        utilization_percent=None if utilization is None else int(utilization.gpu),
+        power_default_limit_w=None if default_limit is None else default_limit / 1000.0,
     )
-    return Gpu(index=index, error=lost[0]) if lost else gpu
+    if lost:
+        return Gpu(index=index, error=lost[0]), None, None
+    return gpu, handle, counters
 
 
 if __name__ == "__main__" and CHILD_MARKER in sys.argv:

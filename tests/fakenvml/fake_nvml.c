@@ -9,15 +9,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_GPUS 16
-enum { OK = 0, UNINIT = 1, INVALID = 2, NOT_SUPPORTED = 3, INSUFFICIENT = 7, GPU_LOST = 15 };
+enum { OK = 0, UNINIT = 1, INVALID = 2, NOT_SUPPORTED = 3, NO_PERMISSION = 4, NOT_FOUND = 6, INSUFFICIENT = 7,
+       GPU_LOST = 15 };
+/* nvml.h field ids dltune reads, and the value types of nvmlFieldValue_t */
+enum { FI_POWER_INSTANT = 186, FI_EVENT_SW_POWER_CAP = 74, FI_EVENT_SYNC_BOOST = 76, FI_EVENT_SW_THERMAL = 269,
+       FI_EVENT_HW_THERMAL = 270, FI_EVENT_HW_POWER_BRAKE = 271 };
+enum { VALUE_UINT = 1, VALUE_ULL = 3 };
 
 typedef struct {
     char name[96], uuid[96], unsupported[512];
-    int lost, persistence, hang;
-    unsigned temp, temp_slowdown, power_mw, power_limit_mw;
+    int lost, persistence, hang, no_permission;
+    unsigned temp, temp_slowdown, power_mw, power_limit_mw, power_default_mw, power_instant_mw, util;
+    unsigned long long energy_base_mj, throttle_after;
+    unsigned throttle_reads, mask_reads;
+    /* Share of wall time (0..1) each clock-event counter advances by: the counters NVML keeps in ns. */
+    double share_sw_power, share_sync_boost, share_sw_thermal, share_hw_thermal, share_hw_brake;
     unsigned pcie_gen, pcie_gen_max, pcie_width, pcie_width_max;
     unsigned long long throttle, ecc_uncorrected, ecc_corrected;
     unsigned remap_corr, remap_unc, remap_pending, remap_failure;
@@ -26,6 +36,13 @@ typedef struct {
 static gpu_t gpus[MAX_GPUS];
 static unsigned gpu_count;
 static int init_error, hang_init;
+static struct timespec loaded_at;
+
+static double seconds_since_init(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - loaded_at.tv_sec) + (double)(now.tv_nsec - loaded_at.tv_nsec) / 1e9;
+}
 
 /* A wedged GPU or driver: the call never returns, and SIGTERM does not end it (only SIGKILL does,
  * as with a task in the kernel that the audit must abandon). */
@@ -43,6 +60,18 @@ static void set_field(gpu_t *g, const char *key, const char *val) {
     else if (!strcmp(key, "lost")) g->lost = (int)n;
     else if (!strcmp(key, "persistence")) g->persistence = (int)n;
     else if (!strcmp(key, "hang")) g->hang = (int)n;
+    else if (!strcmp(key, "no_permission")) g->no_permission = (int)n;
+    else if (!strcmp(key, "power_default_mw")) g->power_default_mw = (unsigned)n;
+    else if (!strcmp(key, "power_instant_mw")) g->power_instant_mw = (unsigned)n;
+    else if (!strcmp(key, "util")) g->util = (unsigned)n;
+    else if (!strcmp(key, "energy_base_mj")) g->energy_base_mj = n;
+    else if (!strcmp(key, "throttle_reads")) g->throttle_reads = (unsigned)n;
+    else if (!strcmp(key, "throttle_after")) g->throttle_after = n;
+    else if (!strcmp(key, "share_sw_power")) g->share_sw_power = strtod(val, NULL);
+    else if (!strcmp(key, "share_sync_boost")) g->share_sync_boost = strtod(val, NULL);
+    else if (!strcmp(key, "share_sw_thermal")) g->share_sw_thermal = strtod(val, NULL);
+    else if (!strcmp(key, "share_hw_thermal")) g->share_hw_thermal = strtod(val, NULL);
+    else if (!strcmp(key, "share_hw_brake")) g->share_hw_brake = strtod(val, NULL);
     else if (!strcmp(key, "temp")) g->temp = (unsigned)n;
     else if (!strcmp(key, "temp_slowdown")) g->temp_slowdown = (unsigned)n;
     else if (!strcmp(key, "power_mw")) g->power_mw = (unsigned)n;
@@ -121,6 +150,7 @@ static int unsupported(const gpu_t *g, const char *field) {
 int nvmlInitWithFlags(unsigned flags) {
     (void)flags;
     load_scenario();
+    clock_gettime(CLOCK_MONOTONIC, &loaded_at);
     if (hang_init) hang();
     return init_error;
 }
@@ -133,6 +163,8 @@ const char *nvmlErrorString(int result) {
     case UNINIT: return "Uninitialized";
     case NOT_SUPPORTED: return "Not Supported";
     case 9: return "Driver Not Loaded";
+    case NO_PERMISSION: return "Insufficient Permissions";
+    case NOT_FOUND: return "Not Found";
     case GPU_LOST: return "GPU is lost";
     case 18: return "RM has detected an NVML/RM version mismatch.";
     default: return "Unknown Error";
@@ -149,8 +181,21 @@ int nvmlDeviceGetCount_v2(unsigned *count) { *count = gpu_count; return OK; }
 
 int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **device) {
     if (index >= gpu_count) return INVALID;
+    /* A device the process may not open (a job's device cgroup) gives no handle at all. */
+    if (gpus[index].no_permission) return NO_PERMISSION;
     *device = &gpus[index];
     return gpus[index].lost ? GPU_LOST : OK;
+}
+
+/* NVML ignores CUDA_VISIBLE_DEVICES: a UUID is the one name both sides agree on. */
+int nvmlDeviceGetHandleByUUID(const char *uuid, void **device) {
+    for (unsigned i = 0; i < gpu_count; i++) {
+        if (strcmp(gpus[i].uuid, uuid)) continue;
+        if (gpus[i].no_permission) return NO_PERMISSION;
+        *device = &gpus[i];
+        return gpus[i].lost ? GPU_LOST : OK;
+    }
+    return NOT_FOUND;
 }
 
 int nvmlDeviceGetName(void *dev, char *buf, unsigned len) {
@@ -176,7 +221,14 @@ int nvmlDeviceGetCurrPcieLinkGeneration(void *dev, unsigned *v) { DEVICE_GUARD(d
 int nvmlDeviceGetMaxPcieLinkGeneration(void *dev, unsigned *v) { DEVICE_GUARD(dev, "pcie"); *v = g->pcie_gen_max; return OK; }
 int nvmlDeviceGetCurrPcieLinkWidth(void *dev, unsigned *v) { DEVICE_GUARD(dev, "pcie"); *v = g->pcie_width; return OK; }
 int nvmlDeviceGetMaxPcieLinkWidth(void *dev, unsigned *v) { DEVICE_GUARD(dev, "pcie"); *v = g->pcie_width_max; return OK; }
-int nvmlDeviceGetCurrentClocksEventReasons(void *dev, unsigned long long *r) { DEVICE_GUARD(dev, "throttle"); *r = g->throttle; return OK; }
+int nvmlDeviceGetCurrentClocksEventReasons(void *dev, unsigned long long *r) {
+    DEVICE_GUARD(dev, "throttle");
+    gpu_t *mutable = (gpu_t *)dev;
+    /* throttle_reads=N: the mask holds for N reads, then throttle_after (a transient event). */
+    *r = (g->throttle_reads && mutable->mask_reads >= g->throttle_reads) ? g->throttle_after : g->throttle;
+    mutable->mask_reads++;
+    return OK;
+}
 int nvmlDeviceGetCurrentClocksThrottleReasons(void *dev, unsigned long long *r) { return nvmlDeviceGetCurrentClocksEventReasons(dev, r); }
 
 int nvmlDeviceGetTotalEccErrors(void *dev, int error_type, int counter_type, unsigned long long *count) {
@@ -189,5 +241,59 @@ int nvmlDeviceGetTotalEccErrors(void *dev, int error_type, int counter_type, uns
 int nvmlDeviceGetRemappedRows(void *dev, unsigned *corr, unsigned *unc, unsigned *pending, unsigned *failure) {
     DEVICE_GUARD(dev, "remap");
     *corr = g->remap_corr; *unc = g->remap_unc; *pending = g->remap_pending; *failure = g->remap_failure;
+    return OK;
+}
+
+int nvmlDeviceGetPowerManagementDefaultLimit(void *dev, unsigned *mw) {
+    DEVICE_GUARD(dev, "power");
+    *mw = g->power_default_mw ? g->power_default_mw : g->power_limit_mw;
+    return OK;
+}
+
+typedef struct { unsigned gpu, memory; } utilization_t;
+int nvmlDeviceGetUtilizationRates(void *dev, utilization_t *u) {
+    DEVICE_GUARD(dev, "util");
+    u->gpu = g->util; u->memory = 0;
+    return OK;
+}
+
+/* Energy since the driver loaded, in mJ: it advances at the GPU's power draw. */
+int nvmlDeviceGetTotalEnergyConsumption(void *dev, unsigned long long *mj) {
+    DEVICE_GUARD(dev, "energy");
+    *mj = g->energy_base_mj + (unsigned long long)(g->power_mw * seconds_since_init());
+    return OK;
+}
+
+typedef struct {
+    unsigned field_id, scope_id;
+    long long timestamp, latency_usec;
+    unsigned value_type, nvml_return;
+    union { double d; unsigned ui; unsigned long ul; unsigned long long ull; long long sll; int si; } value;
+} field_value_t;
+
+int nvmlDeviceGetFieldValues(void *dev, int count, field_value_t *values) {
+    DEVICE_GUARD(dev, "fields");
+    double elapsed_ns = seconds_since_init() * 1e9;
+    for (int i = 0; i < count; i++) {
+        field_value_t *v = &values[i];
+        double share = -1;
+        v->nvml_return = OK;
+        v->value_type = VALUE_ULL;
+        switch (v->field_id) {
+        case FI_POWER_INSTANT:
+            if (unsupported(g, "power_instant")) { v->nvml_return = NOT_SUPPORTED; continue; }
+            v->value_type = VALUE_UINT;
+            v->value.ui = g->power_instant_mw ? g->power_instant_mw : g->power_mw;
+            continue;
+        case FI_EVENT_SW_POWER_CAP: share = g->share_sw_power; break;
+        case FI_EVENT_SYNC_BOOST: share = g->share_sync_boost; break;
+        case FI_EVENT_SW_THERMAL: share = g->share_sw_thermal; break;
+        case FI_EVENT_HW_THERMAL: share = g->share_hw_thermal; break;
+        case FI_EVENT_HW_POWER_BRAKE: share = g->share_hw_brake; break;
+        default: v->nvml_return = NOT_SUPPORTED; continue;
+        }
+        if (unsupported(g, "event_counters")) { v->nvml_return = NOT_SUPPORTED; continue; }
+        v->value.ull = (unsigned long long)(share * elapsed_ns);
+    }
     return OK;
 }

@@ -130,8 +130,11 @@ def test_ecc_and_row_remap_failures(fake_nvml_dir: Path) -> None:
 def test_degraded_pcie_link(fake_nvml_dir: Path) -> None:
     rc, results = audit(fake_nvml_dir, "degraded_pcie")
     assert rc == 1
-    assert statuses(results, "gpu.pcie") == {"0": "warn", "1": "fail"}
+    assert statuses(results, "gpu.pcie") == {"0": "warn", "1": "fail", "2": "pass", "3": "pass"}
     assert "x8" in results[("gpu.pcie", "1")]["summary"]
+    # Idle or busy unknown: the lowered generation is not called "under load".
+    assert "whether the GPU is idle is not reported" in results[("gpu.pcie", "2")]["summary"]
+    assert "idle GPUs lower" in results[("gpu.pcie", "3")]["summary"]
 
 
 def test_thermal_throttling(fake_nvml_dir: Path) -> None:
@@ -263,3 +266,38 @@ def test_the_audit_timeout_prints_what_finished_and_names_what_did_not(
     assert "NVML" in timeout["summary"]
     assert results["system.reboot_required"]["status"] in ("pass", "warn")
     assert "env.cublas_workspace" in results
+
+
+def test_gpus_a_job_cgroup_hides_are_not_lost(fake_nvml_dir: Path) -> None:
+    """Inside a Slurm job, NVML answers "Insufficient Permissions" for the GPUs the job was not given:
+    not a lost GPU, never critical (`--slurm-drain` inside a job must not drain a healthy node)."""
+    rc, results = audit(fake_nvml_dir, "job_cgroup")
+    assert rc == 0
+    present = statuses(results, "gpu.present")
+    assert present == {None: "pass"}, present
+    summary = results[("gpu.present", None)]
+    assert summary["critical"] is False and "2 more not readable" in summary["summary"]
+    assert summary["evidence"]["unreadable"] == 2 and summary["evidence"]["healthy"] == 2
+    ecc = statuses(results, "gpu.ecc")
+    assert ecc == {"0": "pass", "1": "pass", "2": "skip", "3": "skip"}
+    assert "device cgroup" in results[("gpu.ecc", "2")]["summary"]
+
+
+def test_clock_events_are_judged_over_a_window_not_one_mask(fake_nvml_dir: Path) -> None:
+    """A power cap at the default limit is a loaded GPU's normal state; a lowered limit is a finding; a
+    hardware slowdown seen once is a warning, one that persists (counter share, or both mask reads
+    where the driver has no counters) is critical."""
+    rc, results = audit(fake_nvml_dir, "clock_events")
+    assert rc == 1
+    clocks = statuses(results, "gpu.clocks")
+    assert clocks == {"0": "pass", "1": "warn", "2": "warn", "3": "fail", "4": "fail", "5": "warn"}, clocks
+    assert "normal state" in results[("gpu.clocks", "0")]["summary"]
+    assert "lowered to 400 W (default 700 W)" in results[("gpu.clocks", "1")]["summary"]
+    transient = results[("gpu.clocks", "2")]
+    assert transient["critical"] is False and "not sustained" in transient["summary"]
+    held = results[("gpu.clocks", "3")]
+    assert held["critical"] is True and "hw power brake" in held["summary"]
+    assert held["evidence"]["share_of_window"]["hw power brake"] >= 0.85
+    assert results[("gpu.clocks", "4")]["critical"] is True
+    assert "both reads" in results[("gpu.clocks", "4")]["summary"]
+    assert results[("gpu.clocks", "5")]["critical"] is False
