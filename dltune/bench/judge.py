@@ -51,6 +51,17 @@ class Bandwidth:
     spread: float | None = None
 
 
+@dataclass
+class PowerReading:
+    """What NVML said of one GPU over the measured steps; `skipped` says why a figure is missing."""
+
+    peak_w: float | None = None
+    peak_source: str | None = None  # "instantaneous" or "1 s average"
+    joules: float | None = None
+    window_s: float | None = None
+    skipped: str | None = None
+
+
 @dataclass(frozen=True)
 class Training:
     device: str
@@ -66,6 +77,7 @@ class Training:
     peak_power_w: float | None = None
     joules_per_image: float | None = None
     settings: dict[str, object] = field(default_factory=dict)
+    power: PowerReading | None = None
 
 
 def unreliable(figure: str, measured: float, peak: float | None, spread: float | None) -> str | None:
@@ -232,6 +244,47 @@ def judge_training(run: Training) -> Result:
     )
 
 
+def judge_power(run: Training) -> Result:
+    """Peak power and energy per image of the measured steps, or skip with NVML's reason."""
+    reading = run.power
+    if reading is None:
+        return Result("bench.power", Status.SKIP, "no GPU: power comes from NVML", subject=run.device)
+    evidence: dict[str, object] = {
+        "peak_source": reading.peak_source,
+        "window_s": round(reading.window_s, 2) if reading.window_s is not None else None,
+        "energy_skipped": reading.skipped,
+    }
+    metrics: dict[str, float] = {}
+    parts = []
+    if reading.peak_w:
+        metrics["peak_power_w"] = reading.peak_w
+        parts.append(f"peak {reading.peak_w:.0f} W ({reading.peak_source})")
+    if reading.joules and run.joules_per_image is not None:
+        metrics["joules_per_image"] = run.joules_per_image
+        parts.append(
+            f"{run.joules_per_image:.3f} J per image ({reading.joules:.0f} J over "
+            f"{reading.window_s or 0:.1f} s, NVML's total-energy counter)"
+        )
+    if not parts:
+        return Result(
+            "bench.power",
+            Status.SKIP,
+            f"power not measured: {reading.skipped or 'NVML reported no power'}",
+            subject=run.device,
+            evidence=evidence,
+        )
+    if reading.skipped:
+        parts.append(f"energy not measured: {reading.skipped}")
+    return Result(
+        "bench.power",
+        Status.PASS,
+        "; ".join(parts) + " while training",
+        subject=run.device,
+        evidence=evidence,
+        metrics=metrics,
+    )
+
+
 def judge_input_gap(synthetic: Training, real: Training | None, num_workers: int | None = None) -> Result:
     """The gap is measured (real vs synthetic images/s); the verdict comes from where the real step's time
     goes: a step that waits more than INPUT_BOUND_GAP% of its time for data is input-bound."""
@@ -330,15 +383,20 @@ def judge_allreduce(
     seconds: float,
     scaling: float | None,
     hosts: list[str] | None = None,
+    per_rank: list[float] | None = None,
 ) -> list[Result]:
     """All-reduce bandwidth and data-parallel scaling; `hosts` (each rank's host) for a multi-node run,
-    whose results have ids of their own (bench.multinode_*: a column apart from the node's own run)."""
+    whose results have ids of their own (bench.multinode_*: a column apart from the node's own run).
+    `seconds` is the slowest rank's time (a collective ends when its last rank does); `per_rank` each
+    rank's own, as evidence."""
     prefix = "bench.multinode_" if hosts else "bench."
     algbw = size_bytes / seconds / 1e9
     busbw = algbw * 2 * (world - 1) / world
     nodes = sorted(set(hosts)) if hosts else []
     where = f" on {len(nodes)} nodes ({', '.join(nodes)})" if hosts else ""
     evidence: dict[str, object] = {"world_size": world, "bytes": size_bytes, "seconds": seconds}
+    if per_rank:
+        evidence["seconds_per_rank"] = per_rank
     if hosts:
         evidence["hosts"] = hosts
     results = [

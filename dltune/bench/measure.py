@@ -4,15 +4,16 @@ returns plain numbers or the dataclasses of ``judge``; none of them judges."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import platform
 import resource
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from dltune.bench.judge import Bandwidth, Matmul, Training
+from dltune.bench.judge import Bandwidth, Matmul, PowerReading, Training
 
 DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -21,17 +22,67 @@ class BenchError(Exception):
     """The benchmark cannot run as asked (a usage problem, not a finding about the node)."""
 
 
-def select_devices(torch: Any, device: str | None, gpus: list[int] | None) -> list[str]:
-    if device == "cpu" or (device is None and not torch.cuda.is_available()):
+def select_devices(
+    torch: Any, device: str | None, gpus: list[int] | None, nvml_gpus: Callable[[], int] | None = None
+) -> list[str]:
+    """The devices to measure. With no --device, a node where NVML sees GPUs but PyTorch sees none is
+    an error, never a silent CPU benchmark that passes (`nvml_gpus` counts NVML's GPUs)."""
+    if device == "cpu":
         return ["cpu"]
     if not torch.cuda.is_available():
-        raise BenchError("--device cuda: no CUDA device is visible to PyTorch")
+        if device is None:
+            seen = (nvml_gpus or nvml_gpu_count)()
+            if not seen:
+                return ["cpu"]
+            raise BenchError(
+                f"NVML sees {seen} GPU(s) but PyTorch sees no CUDA device: {_why_no_cuda(torch)}; "
+                "run with --device cpu to benchmark the CPU anyway"
+            )
+        raise BenchError(f"--device cuda: no CUDA device is visible to PyTorch ({_why_no_cuda(torch)})")
     count = torch.cuda.device_count()
     wanted = gpus if gpus else list(range(count))
     bad = [g for g in wanted if g < 0 or g >= count]
     if bad:
         raise BenchError(f"--gpus {bad}: this node has GPUs 0..{count - 1}")
     return [f"cuda:{i}" for i in wanted]
+
+
+def nvml_gpu_count() -> int:
+    from dltune.probes.nvml import probe_nvml_in_child
+
+    state = probe_nvml_in_child()
+    return len(state.gpus) if state.available else 0
+
+
+def _why_no_cuda(torch: Any) -> str:
+    built = getattr(torch.version, "cuda", None)
+    if not built:
+        return f"this PyTorch ({torch.__version__}) is a CPU-only build: install a CUDA wheel"
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and not hidden.strip(","):
+        return f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU"
+    return (
+        f"PyTorch {torch.__version__} (CUDA {built}) cannot use this driver, or the devices are hidden "
+        f"(CUDA_VISIBLE_DEVICES={hidden!r}): compare `nvidia-smi` with torch.cuda.is_available()"
+    )
+
+
+@contextlib.contextmanager
+def on_device(torch: Any, device: str) -> Iterator[None]:
+    """Make `device` the current CUDA device: torch.utils.benchmark and torch.cuda.synchronize() wait
+    for the current device only, so a measurement of cuda:3 must run with cuda:3 current."""
+    if device.startswith("cuda"):
+        with torch.cuda.device(torch.device(device)):
+            yield
+    else:
+        yield
+
+
+def _timer(torch: Any, stmt: str, values: dict[str, Any]) -> Any:
+    found: Any = getattr(getattr(torch, "utils", None), "benchmark", None)
+    if not hasattr(found, "Timer"):
+        found = importlib.import_module("torch.utils.benchmark")
+    return found.Timer(stmt=stmt, globals=values)
 
 
 def device_name(torch: Any, device: str) -> str:
@@ -54,16 +105,15 @@ def synchronize(torch: Any, device: str) -> None:
 
 
 def matmul(torch: Any, device: str, dtype: str, n: int, min_run_time: float) -> Matmul:
-    from torch.utils import benchmark
-
     n = max(8, n - n % 8)  # Tensor Cores want multiples of 8
     torch_dtype = getattr(torch, DTYPES[dtype])
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-    a = torch.randn(n, n, device=device, dtype=torch.float32).to(torch_dtype)
-    b = torch.randn(n, n, device=device, dtype=torch.float32).to(torch_dtype)
-    timer = benchmark.Timer(stmt="torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b})
-    measured = timer.blocked_autorange(min_run_time=min_run_time)
+    with on_device(torch, device):
+        a = torch.randn(n, n, device=device, dtype=torch.float32).to(torch_dtype)
+        b = torch.randn(n, n, device=device, dtype=torch.float32).to(torch_dtype)
+        timer = _timer(torch, "torch.mm(a, b)", {"torch": torch, "a": a, "b": b})
+        measured = timer.blocked_autorange(min_run_time=min_run_time)
     seconds = measured.median
     return Matmul(
         device, device_name(torch, device), dtype, n, 2 * n**3 / seconds / 1e12, spread_of(measured)
@@ -79,12 +129,11 @@ def spread_of(measured: Any) -> float | None:
 
 
 def copy_bandwidth(torch: Any, device: str, megabytes: int, min_run_time: float) -> Bandwidth:
-    from torch.utils import benchmark
-
-    src = torch.empty(megabytes << 20, dtype=torch.uint8, device=device).random_(0, 255)
-    dst = torch.empty_like(src)
-    timer = benchmark.Timer(stmt="dst.copy_(src)", globals={"src": src, "dst": dst})
-    measured = timer.blocked_autorange(min_run_time=min_run_time)
+    with on_device(torch, device):
+        src = torch.empty(megabytes << 20, dtype=torch.uint8, device=device).random_(0, 255)
+        dst = torch.empty_like(src)
+        timer = _timer(torch, "dst.copy_(src)", {"src": src, "dst": dst})
+        measured = timer.blocked_autorange(min_run_time=min_run_time)
     # A copy reads every byte once and writes it once.
     return Bandwidth(
         device,
@@ -96,53 +145,163 @@ def copy_bandwidth(torch: Any, device: str, megabytes: int, min_run_time: float)
 
 
 def host_transfers(torch: Any, device: str, megabytes: int, min_run_time: float) -> list[Bandwidth]:
-    from torch.utils import benchmark
-
-    gpu = torch.empty(megabytes << 20, dtype=torch.uint8, device=device)
     found = []
-    for pinned in (True, False):
-        host = torch.empty(megabytes << 20, dtype=torch.uint8, pin_memory=pinned)
-        label = "pinned" if pinned else "pageable"
-        for kind, stmt in (("h2d", "gpu.copy_(host)"), ("d2h", "host.copy_(gpu)")):
-            timer = benchmark.Timer(stmt=stmt, globals={"gpu": gpu, "host": host})
-            seconds = timer.blocked_autorange(min_run_time=min_run_time).median
-            found.append(
-                Bandwidth(device, device_name(torch, device), f"{kind} {label}", host.numel() / seconds / 1e9)
-            )
+    with on_device(torch, device):
+        gpu = torch.empty(megabytes << 20, dtype=torch.uint8, device=device)
+        for pinned in (True, False):
+            host = torch.empty(megabytes << 20, dtype=torch.uint8, pin_memory=pinned)
+            label = "pinned" if pinned else "pageable"
+            for kind, stmt in (("h2d", "gpu.copy_(host)"), ("d2h", "host.copy_(gpu)")):
+                timer = _timer(torch, stmt, {"gpu": gpu, "host": host})
+                measured = timer.blocked_autorange(min_run_time=min_run_time)
+                found.append(
+                    Bandwidth(
+                        device,
+                        device_name(torch, device),
+                        f"{kind} {label}",
+                        host.numel() / measured.median / 1e9,
+                        spread_of(measured),
+                    )
+                )
     return found
 
 
-class PowerSampler:
-    """Peak power and energy of one GPU from NVML, sampled every 50 ms in a thread."""
+# Below this, NVML's total-energy counter (updated at the driver's own rate) says too little to divide.
+MIN_ENERGY_WINDOW_S = 2.0
 
-    def __init__(self, index: int) -> None:
-        import pynvml
 
-        self._nvml = pynvml
-        pynvml.nvmlInit()
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        self.peak_w = 0.0
-        self.joules = 0.0
+def nvml_uuid(torch: Any, device: str) -> str | None:
+    """The NVML UUID of a torch device: NVML numbers GPUs itself and ignores CUDA_VISIBLE_DEVICES, so
+    torch's index names a different GPU in a job given GPUs 4,5; the UUID names the same one."""
+    props = torch.cuda.get_device_properties(torch.device(device))
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+class PowerMeter:
+    """Energy of one GPU from NVML's total-energy counter between start() and stop(); peak power from
+    the instantaneous field (NVML_FI_DEV_POWER_INSTANT) polled in a thread, or from
+    nvmlDeviceGetPowerUsage where the driver lacks it (a trailing one-second average on Ampere and
+    later: the peak is understated, and says so). Never raises: what NVML refuses becomes `skipped`."""
+
+    POLL_S = 0.02
+
+    def __init__(self, uuid: str | None) -> None:
+        self.reading = PowerReading()
+        self._handle: Any = None
+        self._nvml: Any = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._energy_mj: int | None = None
+        self._started = 0.0
+        if uuid is None:
+            self.reading.skipped = "PyTorch gives no UUID for this device: its NVML device is unknown"
+            return
+        try:
+            import pynvml
+        except ImportError:
+            self.reading.skipped = "nvidia-ml-py is not installed"
+            return
+        self._nvml = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            self.reading.skipped = f"NVML: {exc}"
+            self._nvml = None
+            return
+        try:
+            self._handle = pynvml.nvmlDeviceGetHandleByUUID(uuid.encode())
+        except pynvml.NVMLError_NoPermission as exc:
+            self.reading.skipped = f"NVML refused this process the GPU ({exc}): a job's device cgroup"
+        except pynvml.NVMLError as exc:
+            self.reading.skipped = f"NVML has no device {uuid}: {exc}"
 
-    def _run(self) -> None:
-        last = time.monotonic()
-        while not self._stop.wait(0.05):
-            watts = self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000
-            now = time.monotonic()
-            self.peak_w = max(self.peak_w, watts)
-            self.joules += watts * (now - last)
-            last = now
+    def _instant_w(self) -> tuple[float | None, str | None]:
+        pynvml = self._nvml
+        try:
+            (value,) = pynvml.nvmlDeviceGetFieldValues(self._handle, [pynvml.NVML_FI_DEV_POWER_INSTANT])
+            if value.nvmlReturn == pynvml.NVML_SUCCESS:
+                return value.value.uiVal / 1000.0, "instantaneous"
+        except pynvml.NVMLError:
+            pass
+        try:
+            return pynvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0, "1 s average"
+        except pynvml.NVMLError:
+            return None, None
 
-    def __enter__(self) -> PowerSampler:
+    def _poll(self) -> None:
+        while not self._stop.wait(self.POLL_S):
+            watts, source = self._instant_w()
+            if watts is not None and (self.reading.peak_w is None or watts > self.reading.peak_w):
+                self.reading.peak_w, self.reading.peak_source = watts, source
+
+    def start(self) -> None:
+        if self._handle is None:
+            return
+        try:
+            self._energy_mj = self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
+        except self._nvml.NVMLError as exc:
+            self._energy_mj = None
+            self.reading.skipped = f"no total-energy counter ({exc})"
+        self._started = time.monotonic()
         self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> PowerReading:
+        if self._handle is None:
+            self.shutdown()
+            return self.reading
         self._stop.set()
         self._thread.join()
-        self._nvml.nvmlShutdown()
+        window = time.monotonic() - self._started
+        self.reading.window_s = window
+        if self._energy_mj is not None:
+            try:
+                joules = (
+                    self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) - self._energy_mj
+                ) / 1000
+            except self._nvml.NVMLError as exc:
+                self.reading.skipped = f"the total-energy counter failed ({exc})"
+            else:
+                if window < MIN_ENERGY_WINDOW_S:
+                    self.reading.skipped = (
+                        f"the measured steps took {window:.1f} s, under the {MIN_ENERGY_WINDOW_S:g} s "
+                        "the energy counter needs (give more --steps)"
+                    )
+                else:
+                    self.reading.joules = joules
+        self.shutdown()
+        return self.reading
+
+    def shutdown(self) -> None:
+        if self._nvml is not None:
+            with contextlib.suppress(self._nvml.NVMLError):
+                self._nvml.nvmlShutdown()
+            self._nvml = None
+
+
+class StepClock:
+    """Marks within training steps without waiting for the GPU: CUDA events on the device's stream (read
+    once, after the final synchronisation), or host time on CPU, where every operation is synchronous."""
+
+    def __init__(self, torch: Any, device: str) -> None:
+        self._torch = torch
+        self._cuda = device.startswith("cuda")
+        self.marks: list[Any] = []
+
+    def mark(self) -> None:
+        if self._cuda:
+            event = self._torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def seconds(self, first: int, second: int) -> float:
+        a, b = self.marks[first], self.marks[second]
+        return float(a.elapsed_time(b)) / 1000 if self._cuda else float(b - a)
 
 
 def autocast_dtype(torch: Any, device: str) -> Any:
@@ -182,9 +341,56 @@ def train(
     model: Any = None,
     num_classes: int = 10,
     wrap: Any = None,
+    measure_power: bool = False,
 ) -> Training:
     """Steps of SGD on synthetic data (one batch made once, on the device) or on a DataLoader.
-    Per step: data wait (next batch + copy to the device), forward+loss, backward+optimizer step."""
+    images/s is wall time between two synchronisations around the measured steps; nothing inside a
+    step waits for the GPU. The per-step split comes from marks (CUDA events on GPU): data = from the
+    end of the previous step to the batch on the device (the GPU's wait for input included), forward
+    + loss, backward + optimizer step. cudnn.benchmark is on, as in a tuned training script."""
+    with on_device(torch, device):
+        cudnn_benchmark = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            return _train(
+                torch,
+                device,
+                model_name,
+                batch=batch,
+                steps=steps,
+                warmup=warmup,
+                image_size=image_size,
+                loader=loader,
+                amp=amp,
+                channels_last=channels_last,
+                compile_model=compile_model,
+                model=model,
+                num_classes=num_classes,
+                wrap=wrap,
+                measure_power=measure_power,
+            )
+        finally:
+            torch.backends.cudnn.benchmark = cudnn_benchmark
+
+
+def _train(
+    torch: Any,
+    device: str,
+    model_name: str,
+    *,
+    batch: int,
+    steps: int,
+    warmup: int,
+    image_size: int,
+    loader: Any,
+    amp: bool,
+    channels_last: bool,
+    compile_model: bool,
+    model: Any,
+    num_classes: int,
+    wrap: Any,
+    measure_power: bool,
+) -> Training:
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     model = model if model is not None else make_model(model_name, num_classes)
     model = model.to(device=device, memory_format=memory_format).train()
@@ -201,65 +407,66 @@ def train(
         source: Iterator[Any] | None = None
     else:
         source = _batches(loader)
-    if device.startswith("cuda"):
+    on_gpu = device.startswith("cuda")
+    if on_gpu:
         torch.cuda.reset_peak_memory_stats(torch.device(device))
-    sampler = (
-        PowerSampler(torch.device(device).index or 0)
-        if device.startswith("cuda")
-        else contextlib.nullcontext()
-    )
-    data_s = forward_s = backward_s = 0.0
-    with sampler:
-        for step in range(warmup + steps):
-            if step == warmup:
-                data_s = forward_s = backward_s = 0.0
-                if isinstance(sampler, PowerSampler):
-                    sampler.joules, sampler.peak_w = 0.0, 0.0
-            t0 = time.perf_counter()
-            if source is not None:
-                images, labels = next(source)
-                images = images.to(device, non_blocking=True).to(memory_format=memory_format)
-                labels = labels.to(device, non_blocking=True)
-                synchronize(torch, device)
-            t1 = time.perf_counter()
-            with torch.autocast(device_type=device_type, dtype=cast_dtype, enabled=amp):
-                loss = loss_fn(step_model(images), labels)
-            synchronize(torch, device)
-            t2 = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            synchronize(torch, device)
-            t3 = time.perf_counter()
-            data_s += t1 - t0
-            forward_s += t2 - t1
-            backward_s += t3 - t2
-    total = data_s + forward_s + backward_s
-    if device.startswith("cuda"):
+    meter = PowerMeter(nvml_uuid(torch, device)) if on_gpu and measure_power else None
+    clock = StepClock(torch, device)
+    wall_start = 0.0
+    for step in range(warmup + steps):
+        if step == warmup:
+            synchronize(torch, device)  # the warm-up's queued work is not the measured steps'
+            wall_start = time.perf_counter()
+            if meter is not None:
+                meter.start()
+            clock.mark()  # the end of the "previous step" for the first measured one
+        if source is not None:
+            images, labels = next(source)
+            images = images.to(device, non_blocking=True).to(memory_format=memory_format)
+            labels = labels.to(device, non_blocking=True)
+        if step >= warmup:
+            clock.mark()
+        with torch.autocast(device_type=device_type, dtype=cast_dtype, enabled=amp):
+            loss = loss_fn(step_model(images), labels)
+        if step >= warmup:
+            clock.mark()
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        if step >= warmup:
+            clock.mark()
+    synchronize(torch, device)
+    wall = time.perf_counter() - wall_start
+    reading = meter.stop() if meter is not None else None
+    data_s = sum(clock.seconds(3 * i, 3 * i + 1) for i in range(steps))
+    forward_s = sum(clock.seconds(3 * i + 1, 3 * i + 2) for i in range(steps))
+    backward_s = sum(clock.seconds(3 * i + 2, 3 * i + 3) for i in range(steps))
+    if on_gpu:
         max_memory_mb = torch.cuda.max_memory_allocated(torch.device(device)) / 2**20
     else:
         max_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # process peak RSS
-    power = sampler if isinstance(sampler, PowerSampler) else None
     return Training(
         device=device,
         model=model_name,
         data="synthetic" if loader is None else "real",
         batch=batch,
         steps=steps,
-        images_per_s=batch * steps / total,
+        images_per_s=batch * steps / wall,
         data_ms=data_s / steps * 1000,
         forward_ms=forward_s / steps * 1000,
         backward_ms=backward_s / steps * 1000,
         max_memory_mb=max_memory_mb,
-        peak_power_w=power.peak_w if power else None,
-        joules_per_image=power.joules / (batch * steps) if power else None,
+        peak_power_w=reading.peak_w if reading else None,
+        joules_per_image=reading.joules / (batch * steps) if reading and reading.joules is not None else None,
         settings={
             "amp": amp,
             "channels_last": channels_last,
             "compile": compile_model,
+            "cudnn_benchmark": True,
             "autocast_dtype": str(cast_dtype).replace("torch.", "") if amp else None,
         },
+        power=reading,
     )
 
 
@@ -298,49 +505,71 @@ def loader_for(
 
 def loader_rate(torch: Any, loader: Any, device: str, batches: int) -> float:
     """Images/s the input pipeline alone delivers to the device (after its first batch)."""
-    source = _batches(loader)
-    next(source)
-    start = time.perf_counter()
-    count = 0
-    for _ in range(batches):
-        images, _labels = next(source)
-        images.to(device, non_blocking=True)
-        count += len(images)
-    synchronize(torch, device)
-    return count / (time.perf_counter() - start)
+    with on_device(torch, device):
+        source = _batches(loader)
+        next(source)
+        start = time.perf_counter()
+        count = 0
+        for _ in range(batches):
+            images, _labels = next(source)
+            images.to(device, non_blocking=True)
+            count += len(images)
+        synchronize(torch, device)
+        return count / (time.perf_counter() - start)
+
+
+def determinism_model(torch: Any) -> Any:
+    """A small CNN built only from operations PyTorch documents as deterministic on CUDA under
+    torch.use_deterministic_algorithms(True): convolutions (strided, instead of pooling: adaptive
+    average pooling has no deterministic CUDA backward), batch norm, ReLU, a linear layer."""
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(16 * 8 * 8, 10),
+    )
+
+
+def determinism_loss(torch: Any, logits: Any, one_hot: Any) -> Any:
+    """Cross-entropy written out: torch.nn.NLLLoss (inside F.cross_entropy) is documented to raise on
+    CUDA in deterministic mode, log_softmax, a product and a mean are not."""
+    return -(torch.log_softmax(logits, dim=1) * one_hot).sum(dim=1).mean()
 
 
 def determinism_losses(torch: Any, device: str, seed: int, perturb: bool, steps: int = 4) -> list[float]:
     """Losses of a small seeded CNN on seeded data, with deterministic algorithms enforced."""
+    benchmark_before = torch.backends.cudnn.benchmark
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     try:
-        torch.manual_seed(seed)
-        model = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 16, 3, padding=1),
-            torch.nn.BatchNorm2d(16),
-            torch.nn.ReLU(),
-            torch.nn.AdaptiveAvgPool2d(4),
-            torch.nn.Flatten(),
-            torch.nn.Linear(256, 10),
-        ).to(device)
-        if perturb:
-            with torch.no_grad():
-                next(model.parameters()).view(-1)[0] += 1e-3
-        generator = torch.Generator().manual_seed(seed + 1)
-        images = torch.randn(16, 3, 32, 32, generator=generator).to(device)
-        labels = torch.randint(0, 10, (16,), generator=generator).to(device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        losses = []
-        for _ in range(steps):
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss.item()))
-        return losses
+        with on_device(torch, device):
+            torch.manual_seed(seed)
+            model = determinism_model(torch).to(device)
+            if perturb:
+                with torch.no_grad():
+                    next(model.parameters()).view(-1)[0] += 1e-3
+            generator = torch.Generator().manual_seed(seed + 1)
+            images = torch.randn(16, 3, 32, 32, generator=generator).to(device)
+            labels = torch.randint(0, 10, (16,), generator=generator)
+            one_hot = torch.eye(10)[labels].to(device)  # built on the host: no scatter on the device
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            losses = []
+            for _ in range(steps):
+                loss = determinism_loss(torch, model(images), one_hot)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                losses.append(float(loss.item()))
+            return losses
     finally:
         torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.benchmark = benchmark_before
 
 
 def cpu_cores() -> int:

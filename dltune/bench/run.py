@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,7 +45,9 @@ class Options:
             "steps": self.steps or (5 if small else 30),
             "warmup": 2 if small else 5,
             "image_size": self.image_size or (64 if on_cpu else 224),
-            "matmul_n": 512 if on_cpu else 4096 if self.quick else 8192,
+            # 8192 reaches what a healthy card sustains (mamf-finder's best shapes are within a few %);
+            # 4096 stays well below it on H100-class GPUs, so --quick does not shrink it.
+            "matmul_n": 512 if on_cpu else 8192,
             "copy_mb": 64 if on_cpu else 512,
             "min_run_time": 0.2 if small else 1.0,
             "sweep_batches": 4 if small else 20,
@@ -51,6 +55,16 @@ class Options:
 
 
 Step = Callable[[str], None]
+# All-reduce message size: bus bandwidth over NVLink or InfiniBand saturates only in the hundreds of MB
+# (nccl-tests' sweeps); 16 MB measures latency. gloo on CPU keeps a small one.
+ALLREDUCE_MB = {"nccl": 512, "gloo": 16}
+TORCHRUN_TIMEOUT_S = 600
+
+
+def sample_image_count(size: dict[str, Any]) -> int:
+    """Enough generated images that one epoch covers the warm-up and measured steps: no DataLoader
+    restart (a pipeline refill) inside the measurement."""
+    return int(size["batch"]) * (int(size["warmup"]) + int(size["steps"]))
 
 
 def _sample_images(root: Path, classes: int = 2, per_class: int = 24, size: int = 96) -> Path:
@@ -66,9 +80,13 @@ def _sample_images(root: Path, classes: int = 2, per_class: int = 24, size: int 
     return root
 
 
-def _dataset_dir(data: Path | None, scratch: Path) -> tuple[Path, str]:
+def _dataset_dir(data: Path | None, scratch: Path, images: int = 48) -> tuple[Path, str]:
     if data is None:
-        return _sample_images(scratch / "sample"), "generated sample JPEGs (give --data for your dataset)"
+        per_class = -(-images // 2)
+        return (
+            _sample_images(scratch / "sample", classes=2, per_class=per_class),
+            "generated sample JPEGs (give --data for your dataset)",
+        )
     if data.is_dir():
         return data, str(data)
     from dltune import stage
@@ -103,6 +121,19 @@ def torchrun_env(devices: list[str], environ: Mapping[str, str]) -> dict[str, st
     return env
 
 
+def _open_dataset(opts: Options, size: dict[str, Any], scratch: Path, measure: Any) -> tuple[Any, str]:
+    """The real-data set, checked before anything is measured: a --data that cannot make one batch is
+    a usage error up front, not after minutes of measurements that it would throw away."""
+    root, described = _dataset_dir(opts.data, scratch, sample_image_count(size))
+    try:
+        dataset = measure.image_folder(str(root), size["image_size"])
+    except (FileNotFoundError, RuntimeError) as exc:
+        raise BenchError(f"--data {opts.data}: not an ImageFolder (one directory per class): {exc}") from exc
+    if len(dataset) < size["batch"]:
+        raise BenchError(f"--data {opts.data}: {len(dataset)} images, fewer than one batch ({size['batch']})")
+    return dataset, described
+
+
 def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
     torch = _import_torch()
     from dltune.bench import measure
@@ -110,10 +141,34 @@ def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
     devices = measure.select_devices(torch, opts.device, opts.gpus)
     on_cpu = devices == ["cpu"]
     size = opts.sized(on_cpu)
+    with tempfile.TemporaryDirectory(prefix="dltune-bench-") as scratch:
+        step("preparing the dataset")
+        dataset, described = _open_dataset(opts, size, Path(scratch), measure)
+        return _measure_all(opts, torch, measure, devices, size, dataset, described, step)
+
+
+def _measure_all(
+    opts: Options,
+    torch: Any,
+    measure: Any,
+    devices: list[str],
+    size: dict[str, Any],
+    dataset: Any,
+    described: str,
+    step: Step,
+) -> list[Result]:
+    on_cpu = devices == ["cpu"]
     first = devices[0]
     results: list[Result] = []
     processes = len(devices) if not on_cpu else 1
     results.append(judge.judge_threads(measure.cpu_cores(), torch.get_num_threads(), processes))
+
+    # Data-parallel first, while this process holds no CUDA context or cached memory on the GPUs its
+    # torchrun workers train on; on GPUs the workers also measure their own single-GPU baseline.
+    parallel: tuple[dict[str, Any] | None, Result | None] | None = None
+    if opts.data_parallel:
+        step("data-parallel")
+        parallel = start_data_parallel(devices, size)
 
     step("matmul")
     samples = [
@@ -148,24 +203,9 @@ def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
         "image_size": size["image_size"],
     }
     step("training, synthetic data")
-    synthetic = measure.train(torch, first, size["model"], **common)
+    synthetic = measure.train(torch, first, size["model"], measure_power=not on_cpu, **common)
     results.append(judge.judge_training(synthetic))
-    if on_cpu:
-        results.append(Result("bench.power", Status.SKIP, "no GPU: power comes from NVML", subject="cpu"))
-    else:
-        results.append(
-            Result(
-                "bench.power",
-                Status.PASS,
-                f"peak {synthetic.peak_power_w or 0:.0f} W, "
-                f"{synthetic.joules_per_image or 0:.2f} J per image while training",
-                subject=first,
-                metrics={
-                    "peak_power_w": synthetic.peak_power_w or 0.0,
-                    "joules_per_image": synthetic.joules_per_image or 0.0,
-                },
-            )
-        )
+    results.append(judge.judge_power(synthetic))
 
     step("AMP and channels_last gains")
     plain = measure.train(torch, first, size["model"], amp=False, channels_last=False, **common)
@@ -206,80 +246,119 @@ def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
             )
         )
 
-    with tempfile.TemporaryDirectory(prefix="dltune-bench-") as scratch:
-        root, described = _dataset_dir(opts.data, Path(scratch))
-        try:
-            dataset = measure.image_folder(str(root), size["image_size"])
-        except (FileNotFoundError, RuntimeError) as exc:
-            raise BenchError(
-                f"--data {opts.data}: not an ImageFolder (one directory per class): {exc}"
-            ) from exc
-        if len(dataset) < size["batch"]:
-            raise BenchError(
-                f"--data {opts.data}: {len(dataset)} images, fewer than one batch ({size['batch']})"
-            )
-        workers = min(8, measure.cpu_cores())
-        step("training, real data")
-        loader = measure.loader_for(
-            torch, dataset, size["batch"], num_workers=workers, pin_memory=not on_cpu, persistent_workers=True
-        )
-        real = measure.train(torch, first, size["model"], loader=loader, **common)
-        real.settings.update(num_workers=workers, dataset=described, images=len(dataset))
-        results.append(judge.judge_training(real))
-        results.append(judge.judge_input_gap(synthetic, real, workers))
+    workers = min(8, measure.cpu_cores())
+    step("training, real data")
+    loader = measure.loader_for(
+        torch, dataset, size["batch"], num_workers=workers, pin_memory=not on_cpu, persistent_workers=True
+    )
+    real = measure.train(torch, first, size["model"], loader=loader, **common)
+    epochs = size["batch"] * (size["warmup"] + size["steps"]) / len(dataset)
+    real.settings.update(num_workers=workers, dataset=described, images=len(dataset), epochs=round(epochs, 2))
+    results.append(judge.judge_training(real))
+    results.append(judge.judge_input_gap(synthetic, real, workers))
 
-        if opts.dataloader_sweep:
-            step("DataLoader sweep")
-            rates: dict[str, float] = {}
-            worker_options = sorted({0, min(2, workers), workers})
-            for num_workers in worker_options:
-                for pin in (False, True) if not on_cpu else (False,):
-                    for persistent, prefetch in (
-                        ((False, None),) if num_workers == 0 else ((True, 2), (True, 4))
-                    ):
-                        key = f"num_workers={num_workers},pin_memory={pin}"
-                        if num_workers:
-                            key += f",persistent_workers={persistent},prefetch_factor={prefetch}"
-                        sweep_loader = measure.loader_for(
-                            torch,
-                            dataset,
-                            size["batch"],
-                            num_workers=num_workers,
-                            pin_memory=pin,
-                            persistent_workers=persistent,
-                            prefetch_factor=prefetch,
-                        )
-                        rates[key] = measure.loader_rate(torch, sweep_loader, first, size["sweep_batches"])
-            results.append(judge.judge_sweep(rates, DEFAULT_LOADER))
+    if opts.dataloader_sweep:
+        step("DataLoader sweep")
+        rates: dict[str, float] = {}
+        worker_options = sorted({0, min(2, workers), workers})
+        for num_workers in worker_options:
+            for pin in (False, True) if not on_cpu else (False,):
+                for persistent, prefetch in ((False, None),) if num_workers == 0 else ((True, 2), (True, 4)):
+                    key = f"num_workers={num_workers},pin_memory={pin}"
+                    if num_workers:
+                        key += f",persistent_workers={persistent},prefetch_factor={prefetch}"
+                    sweep_loader = measure.loader_for(
+                        torch,
+                        dataset,
+                        size["batch"],
+                        num_workers=num_workers,
+                        pin_memory=pin,
+                        persistent_workers=persistent,
+                        prefetch_factor=prefetch,
+                    )
+                    rates[key] = measure.loader_rate(torch, sweep_loader, first, size["sweep_batches"])
+        results.append(judge.judge_sweep(rates, DEFAULT_LOADER))
 
     if opts.determinism:
         step("determinism")
-        at_start = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-        try:
-            one = measure.determinism_losses(torch, first, seed=1234, perturb=False)
-            two = measure.determinism_losses(torch, first, seed=1234, perturb=False)
-            control = measure.determinism_losses(torch, first, seed=1234, perturb=True)
-            results.append(judge.judge_determinism(one == two, control != one, at_start, first))
-        except RuntimeError as exc:  # deterministic algorithms refused (e.g. cuBLAS without the variable)
-            results.append(
-                Result(
-                    "bench.determinism",
-                    Status.FAIL,
-                    f"deterministic run refused: {exc}"[:300],
-                    subject=first,
-                    evidence={"CUBLAS_WORKSPACE_CONFIG_at_start": at_start},
-                    remedy="set CUBLAS_WORKSPACE_CONFIG=:4096:8 before the process starts (role dl_env)",
-                )
-            )
+        results.append(_determinism(torch, measure, first))
 
-    if opts.data_parallel:
-        step("data-parallel")
-        results += data_parallel(devices, size, synthetic.images_per_s)
+    if parallel is not None:
+        results += judge_data_parallel(devices, *parallel, single_images_per_s=synthetic.images_per_s)
     return results
 
 
+def _determinism(torch: Any, measure: Any, device: str) -> Result:
+    at_start = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    try:
+        one = measure.determinism_losses(torch, device, seed=1234, perturb=False)
+        two = measure.determinism_losses(torch, device, seed=1234, perturb=False)
+        control = measure.determinism_losses(torch, device, seed=1234, perturb=True)
+    except RuntimeError as exc:
+        message = str(exc)
+        evidence = {"CUBLAS_WORKSPACE_CONFIG_at_start": at_start, "error": message[:1000]}
+        if "CUBLAS_WORKSPACE_CONFIG" in message:  # cuBLAS refused: the variable was missing at start
+            return Result(
+                "bench.determinism",
+                Status.FAIL,
+                "deterministic run refused: cuBLAS needs CUBLAS_WORKSPACE_CONFIG set before the process "
+                "starts",
+                subject=device,
+                evidence=evidence,
+                remedy="set CUBLAS_WORKSPACE_CONFIG=:4096:8 before the process starts (role dl_env)",
+            )
+        # Any other refusal is an operation of dltune's own model without a deterministic kernel.
+        return Result(
+            "bench.determinism",
+            Status.ERROR,
+            f"the determinism model hit an operation without a deterministic implementation: {message}"[:300],
+            subject=device,
+            evidence=evidence,
+            remedy="report this as a dltune bug, with this JSON",
+        )
+    return judge.judge_determinism(one == two, control != one, at_start, device)
+
+
+def _processes_naming(marker: str) -> list[int]:
+    """Processes whose command line contains `marker` (the run's private scratch path)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _end_torchrun(launcher: subprocess.Popen[str], marker: str, grace: float = 20.0) -> None:
+    """Stop a torchrun that ran out of time, and its workers: torchrun starts each worker in a session of
+    its own, so killing torchrun's process group would leave them holding the GPUs. SIGTERM lets
+    torchrun tear its workers down; whatever still names this run's scratch directory is then killed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(launcher.pid, signal.SIGTERM)
+    try:
+        launcher.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+    for pid in _processes_naming(marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _torchrun(
-    placement: list[str], backend: str, size: dict[str, Any], *, baseline: bool, env: dict[str, str]
+    placement: list[str],
+    backend: str,
+    size: dict[str, Any],
+    *,
+    baseline: bool,
+    env: dict[str, str],
+    timeout: float = TORCHRUN_TIMEOUT_S,
 ) -> tuple[dict[str, Any] | None, Result | None]:
     """Run dltune.bench.ddp under torchrun with `placement` (its node/process options). Returns rank 0's
     numbers (None on the other nodes of a multi-node run), or the error as a Result."""
@@ -309,16 +388,27 @@ def _torchrun(
             str(size["steps"]),
             "--warmup",
             str(size["warmup"]),
+            "--megabytes",
+            str(ALLREDUCE_MB[backend]),
             "--out",
             str(out),
             *(["--baseline"] if baseline else []),
         ]
+        launcher = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
-            failed, stderr = done.returncode != 0, done.stderr
-        except subprocess.TimeoutExpired as exc:  # e.g. a peer node that never joined
-            partial = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
-            failed, stderr = True, f"torchrun timed out after {exc.timeout:.0f} s: {partial or ''}"
+            _stdout, stderr = launcher.communicate(timeout=timeout)
+            failed = launcher.returncode != 0
+        except subprocess.TimeoutExpired:  # e.g. a peer node that never joined
+            _end_torchrun(launcher, scratch)
+            _stdout, partial = launcher.communicate()
+            failed, stderr = True, f"torchrun timed out after {timeout:.0f} s: {partial or ''}"
         if failed:
             return None, Result(
                 "bench.allreduce",
@@ -330,25 +420,59 @@ def _torchrun(
         return (json.loads(out.read_text()) if out.exists() else None), None
 
 
-def data_parallel(devices: list[str], size: dict[str, Any], single_images_per_s: float) -> list[Result]:
-    """torchrun with one process per GPU (NCCL), or two gloo processes on CPU."""
+def start_data_parallel(
+    devices: list[str], size: dict[str, Any], timeout: float = TORCHRUN_TIMEOUT_S
+) -> tuple[dict[str, Any] | None, Result | None]:
+    """torchrun with one process per GPU (NCCL), each first training alone for the scaling baseline, or
+    two gloo processes on CPU. None, None for one GPU."""
+    on_cpu = devices == ["cpu"]
+    world = 2 if on_cpu else len(devices)
+    if world < 2:
+        return None, None
+    backend = "gloo" if on_cpu else "nccl"
+    env = torchrun_env(devices, os.environ)
+    return _torchrun(
+        ["--standalone", f"--nproc_per_node={world}"],
+        backend,
+        size,
+        baseline=not on_cpu,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def judge_data_parallel(
+    devices: list[str],
+    numbers: dict[str, Any] | None,
+    error: Result | None,
+    single_images_per_s: float,
+) -> list[Result]:
     on_cpu = devices == ["cpu"]
     world = 2 if on_cpu else len(devices)
     if world < 2:
         return [Result("bench.allreduce", Status.SKIP, "one GPU: no data-parallel to measure")]
-    backend = "gloo" if on_cpu else "nccl"
-    env = torchrun_env(devices, os.environ)
-    numbers, error = _torchrun(
-        ["--standalone", f"--nproc_per_node={world}"], backend, size, baseline=False, env=env
-    )
     if error is not None or numbers is None:
         return [error or Result("bench.allreduce", Status.ERROR, "torchrun wrote no results")]
-    # Scaling: n processes' total against n times one process (the synthetic run above).
-    scaling = numbers["images_per_s_total"] / (world * single_images_per_s) if single_images_per_s else None
+    backend = "gloo" if on_cpu else "nccl"
     if on_cpu:
         # The CPU processes split one set of cores: compare with the one process that had them all.
         scaling = numbers["images_per_s_total"] / single_images_per_s if single_images_per_s else None
-    return judge.judge_allreduce(world, backend, numbers["bytes"], numbers["seconds"], scaling)
+    else:
+        # n processes' total against n times what each process trained alone, in the same run.
+        baseline = numbers.get("baseline_images_per_s") or single_images_per_s
+        scaling = numbers["images_per_s_total"] / (world * baseline) if baseline else None
+    return judge.judge_allreduce(
+        world,
+        backend,
+        numbers["bytes"],
+        numbers["seconds"],
+        scaling,
+        per_rank=numbers.get("seconds_per_rank"),
+    )
+
+
+def data_parallel(devices: list[str], size: dict[str, Any], single_images_per_s: float) -> list[Result]:
+    return judge_data_parallel(devices, *start_data_parallel(devices, size), single_images_per_s)
 
 
 @dataclass(frozen=True)
@@ -445,5 +569,11 @@ def run_multi_node(opts: Options, step: Step = lambda _s: None) -> list[Result] 
     world, baseline = numbers["world"], numbers["baseline_images_per_s"]
     scaling = numbers["images_per_s_total"] / (world * baseline) if baseline else None
     return judge.judge_allreduce(
-        world, backend, numbers["bytes"], numbers["seconds"], scaling, hosts=numbers["hosts"]
+        world,
+        backend,
+        numbers["bytes"],
+        numbers["seconds"],
+        scaling,
+        hosts=numbers["hosts"],
+        per_rank=numbers.get("seconds_per_rank"),
     )

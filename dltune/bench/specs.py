@@ -50,7 +50,9 @@ class Spec:
 
 
 def _hopper(model: str, bf16: float, fp32: float, memory: float, achievable: float, source: str) -> Spec:
-    return Spec(model, {"bf16": bf16, "fp16": bf16, "tf32": bf16 / 2, "fp32": fp32}, memory, achievable, source)
+    return Spec(
+        model, {"bf16": bf16, "fp16": bf16, "tf32": bf16 / 2, "fp32": fp32}, memory, achievable, source
+    )
 
 
 def _ampere(model: str, memory: float, achievable: float) -> Spec:
