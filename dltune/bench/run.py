@@ -402,18 +402,22 @@ def _torchrun(
             env=env,
             start_new_session=True,
         )
+        summary = "the data-parallel run failed"
         try:
             _stdout, stderr = launcher.communicate(timeout=timeout)
             failed = launcher.returncode != 0
         except subprocess.TimeoutExpired:  # e.g. a peer node that never joined
             _end_torchrun(launcher, scratch)
-            _stdout, partial = launcher.communicate()
-            failed, stderr = True, f"torchrun timed out after {timeout:.0f} s: {partial or ''}"
+            _stdout, stderr = launcher.communicate()
+            failed, summary = (
+                True,
+                f"the data-parallel run timed out after {timeout:.0f} s (its workers stopped)",
+            )
         if failed:
             return None, Result(
                 "bench.allreduce",
                 Status.ERROR,
-                "the data-parallel run failed",
+                summary,
                 evidence={"stderr": str(stderr)[-2000:]},
                 remedy="see the evidence (torchrun's stderr)",
             )

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
 from dltune.bench import judge, measure  # noqa: E402
-from dltune.bench.run import _dataset_dir, _sample_images, data_parallel  # noqa: E402
+from dltune.bench.run import _dataset_dir, _sample_images, data_parallel, start_data_parallel  # noqa: E402
 from dltune.bench.specs import Spec  # noqa: E402
 from dltune.model import Status  # noqa: E402
 
@@ -106,6 +106,35 @@ def test_gloo_data_parallel_over_two_processes() -> None:
     assert allreduce.status is Status.PASS, allreduce.evidence
     assert allreduce.evidence["world_size"] == 2 and allreduce.metrics["busbw_gb_s"] > 0
     assert results["bench.scaling"].metrics["efficiency"] > 0
+    # The figure is the slowest rank's time (a collective ends with its last rank), not rank 0's.
+    per_rank = allreduce.evidence["seconds_per_rank"]
+    assert isinstance(per_rank, list) and len(per_rank) == 2
+    assert allreduce.evidence["seconds"] == max(per_rank)
+
+
+def _ddp_workers() -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"dltune.bench.ddp" in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_a_timed_out_data_parallel_run_leaves_no_worker_behind() -> None:
+    """torchrun starts its workers in sessions of their own: killing torchrun's group on a timeout left
+    them alive, holding the GPUs. After the timeout, no worker of the run remains."""
+    before = _ddp_workers()
+    size = {"model": "resnet18", "batch": 4, "image_size": 32, "steps": 200, "warmup": 1}
+    started = time.monotonic()
+    numbers, error = start_data_parallel(["cpu"], size, timeout=4)
+    assert numbers is None and error is not None and "timed out after 4 s" in error.summary
+    assert time.monotonic() - started < 60
+    time.sleep(0.5)
+    assert _ddp_workers() - before == set()
 
 
 def test_cli_quick_json_has_every_section(tmp_path: Path) -> None:

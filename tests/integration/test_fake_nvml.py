@@ -184,12 +184,16 @@ def no_stuck_children() -> Iterator[None]:
             os.kill(pid, signal.SIGKILL)
 
 
-def _timed_audit(library_dir: Path, scenario: str, *args: str) -> tuple[float, int, dict[str, Any]]:
-    env = {
+def _fake_env(library_dir: Path, scenario: str) -> dict[str, str]:
+    return {
         **os.environ,
         "LD_LIBRARY_PATH": str(library_dir),
         "DLTUNE_FAKE_NVML_SCENARIO": str(SCENARIOS / f"{scenario}.conf"),
     }
+
+
+def _timed_audit(library_dir: Path, scenario: str, *args: str) -> tuple[float, int, dict[str, Any]]:
+    env = _fake_env(library_dir, scenario)
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "dltune.cli", "audit", "--format", "json", *args],
@@ -301,3 +305,66 @@ def test_clock_events_are_judged_over_a_window_not_one_mask(fake_nvml_dir: Path)
     assert results[("gpu.clocks", "4")]["critical"] is True
     assert "both reads" in results[("gpu.clocks", "4")]["summary"]
     assert results[("gpu.clocks", "5")]["critical"] is False
+
+
+POWER_SCRIPT = """
+import json, sys, time
+from dltune.bench.measure import PowerMeter
+meter = PowerMeter(sys.argv[1])
+meter.start()
+time.sleep(float(sys.argv[2]))
+r = meter.stop()
+print(json.dumps({"peak_w": r.peak_w, "source": r.peak_source, "joules": r.joules, "window": r.window_s,
+                  "skipped": r.skipped}))
+"""
+
+
+def _power(library_dir: Path, scenario: str, uuid: str, seconds: float) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", POWER_SCRIPT, uuid, str(seconds)],
+        capture_output=True,
+        text=True,
+        env=_fake_env(library_dir, scenario),
+        check=True,
+        timeout=60,
+    )
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_bench_power_reads_the_gpu_torch_measures_by_uuid(fake_nvml_dir: Path) -> None:
+    """NVML ignores CUDA_VISIBLE_DEVICES: in a job given GPUs 4,5, torch's cuda:0 is NVML's GPU 4. The
+    meter finds it by UUID; energy comes from the total-energy counter (power x time here), the peak
+    from the instantaneous field."""
+    reading = _power(fake_nvml_dir, "bench_power", "GPU-00000000-0000-0000-0000-000000000004", 2.2)
+    assert reading["skipped"] is None, reading
+    assert reading["peak_w"] == pytest.approx(690.0) and reading["source"] == "instantaneous"
+    assert reading["joules"] == pytest.approx(650.0 * reading["window"], rel=0.05)
+
+
+def test_bench_power_skips_with_the_reason_nvml_gives(fake_nvml_dir: Path) -> None:
+    """A device the job's cgroup denies, and a window too short for the energy counter: reasons, not 0 W."""
+    denied = _power(fake_nvml_dir, "bench_power", "GPU-00000000-0000-0000-0000-000000000002", 0.1)
+    assert denied["peak_w"] is None and "Insufficient Permissions" in denied["skipped"]
+    short = _power(fake_nvml_dir, "bench_power", "GPU-00000000-0000-0000-0000-000000000004", 0.3)
+    assert short["joules"] is None and "under the 2 s" in short["skipped"]
+    assert short["peak_w"] == pytest.approx(690.0)
+    # A driver without the instantaneous field: the 1 s average, labelled as such.
+    averaged = _power(fake_nvml_dir, "bench_power", "GPU-00000000-0000-0000-0000-000000000005", 0.3)
+    assert averaged["peak_w"] == pytest.approx(640.0) and averaged["source"] == "1 s average"
+
+
+def test_bench_on_a_node_whose_gpus_pytorch_cannot_see_stops_with_the_reason(fake_nvml_dir: Path) -> None:
+    """NVML (the fake library) sees eight GPUs; this machine's PyTorch sees no CUDA device. The bench
+    exits 2 naming both, instead of benchmarking the CPU and passing."""
+    pytest.importorskip("torch")
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "bench", "--quick", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=_fake_env(fake_nvml_dir, "healthy_8gpu"),
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "NVML sees 8 GPU(s) but PyTorch sees no CUDA device" in done.stderr
+    assert "--device cpu" in done.stderr

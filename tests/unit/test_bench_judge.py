@@ -60,7 +60,9 @@ def test_matmul_is_judged_against_what_a_healthy_card_reaches_not_the_datasheet(
     assert failed.status is Status.FAIL and failed.metrics["fraction_of_spec"] == pytest.approx(400 / 989.5)
     # An A100 reaches 86% of its 312: 250 TFLOPS is healthy (80% of the datasheet, 93% of achievable).
     a100 = judge_matmul([Matmul("cuda:0", "NVIDIA A100-SXM4-80GB", "bf16", 8192, 250)])[0]
-    assert a100.status is Status.PASS and a100.metrics["fraction_of_achievable"] == pytest.approx(250 / 268.32)
+    assert a100.status is Status.PASS and a100.metrics["fraction_of_achievable"] == pytest.approx(
+        250 / 268.32
+    )
 
 
 def test_mig_slices_are_compared_with_slices_of_their_own_profile_only() -> None:
