@@ -49,7 +49,7 @@ pytest: venv
 	DLTUNE_LAB_REQUIRED=1 pytest -m "not slow" --durations=15
 	# PyTorch in a process of its own: ansible (imported by the lab tests) patches sys.intern, which
 	# torch's dynamo refuses at import.
-	DLTUNE_LAB_REQUIRED=1 pytest tests/integration/test_bench_cpu.py
+	DLTUNE_LAB_REQUIRED=1 pytest tests/integration/test_bench_cpu.py tests/unit/test_bench_gpu_path.py
 
 # Tier 3 of nfs_multivip (QEMU under TCG, reboots): root, no Docker needed.
 test-slow: venv

@@ -32,15 +32,19 @@ def load_role_module(relative_path: str, name: str) -> ModuleType:
 # PyTorch refuses to import in a process where ansible (imported by the role and lab tests) has
 # patched sys.intern, so the torch tests run in a pytest process of their own (`make pytest` does):
 # collected only when named on the command line.
-TORCH_TESTS = REPO_ROOT / "tests/integration/test_bench_cpu.py"
+TORCH_TESTS = (
+    REPO_ROOT / "tests/integration/test_bench_cpu.py",
+    REPO_ROOT / "tests/unit/test_bench_gpu_path.py",
+)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    if collection_path != TORCH_TESTS:
+    if collection_path not in TORCH_TESTS:
         return None
     named = {Path(arg.split("::")[0]).resolve() for arg in config.args}
-    return TORCH_TESTS not in named
+    return collection_path not in named
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"{TORCH_TESTS.relative_to(REPO_ROOT)} runs only when named (own process: make pytest)"
+    names = ", ".join(str(path.relative_to(REPO_ROOT)) for path in TORCH_TESTS)
+    return f"{names} run only when named (own process: make pytest)"

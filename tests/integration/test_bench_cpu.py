@@ -34,7 +34,7 @@ def test_a_gpu_below_its_spec_is_judged_so() -> None:
 
 
 class SlowDataset(torch.utils.data.Dataset):  # type: ignore[misc]
-    """Images that take `delay` seconds each to load, like a dataset read from a slow shared filesystem."""
+    """Images that take `delay` seconds each to load, like JPEGs decoded on a slow CPU."""
 
     def __init__(self, items: int, delay: float) -> None:
         self.items, self.delay = items, delay
@@ -43,7 +43,11 @@ class SlowDataset(torch.utils.data.Dataset):  # type: ignore[misc]
         return self.items
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
-        time.sleep(self.delay)
+        # Busy, like JPEG decoding, not asleep: a vCPU that slept runs the next step's compute slower
+        # for a while, which would blur the comparison of compute between the two runs.
+        until = time.perf_counter() + self.delay
+        while time.perf_counter() < until:
+            pass
         return torch.randn(3, 32, 32), index % 10
 
 

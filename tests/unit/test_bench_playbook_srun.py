@@ -5,42 +5,54 @@ the lab's real Slurm in tests/integration/test_site_lab.py."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import subprocess
+import sys
 
 import pytest
-import yaml
 
 from tests.conftest import REPO_ROOT
 
 pytest.importorskip("ansible")
+
+# Rendered in a child: Ansible's templating patches the interpreter (sys.intern), which later
+# imports of torch._dynamo in this pytest process do not survive.
+RENDER = """
+import json, sys
+import yaml
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
+repo, sinfo_lines, extra = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+loader = DataLoader()
+inventory = InventoryManager(loader=loader, sources=[repo + "/inventory/lab.yml"])
+gpu_nodes = {h.name for h in inventory.get_hosts("gpu_nodes")}
+hosts = sorted(gpu_nodes & {h.name for h in inventory.get_hosts("slurm")})
+plays = yaml.safe_load(open(repo + "/playbooks/bench.yml"))
+play = next(p for p in plays if "Slurm" in p["name"])
+variables = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in play["vars"].items()}
+variables.update(
+    ansible_play_hosts=hosts,
+    hostvars={h: {"bench__slurm_name": h.split(".")[0]} for h in hosts},
+    bench__sinfo={"stdout_lines": sinfo_lines},
+    playbook_dir=repo + "/playbooks",
+    **extra,
+)
+argv = Templar(loader=loader, variables=variables).template(trust_as_template("{{ bench__srun_argv }}"))
+print(json.dumps(list(argv)))
+"""
 
-def srun_argv(sinfo_lines: list[str], **extra: Any) -> list[str]:
-    loader = DataLoader()
-    inventory = InventoryManager(loader=loader, sources=[str(REPO_ROOT / "inventory/lab.yml")])
-    hosts = sorted(
-        {h.name for h in inventory.get_hosts("gpu_nodes")} & {h.name for h in inventory.get_hosts("slurm")}
+
+def srun_argv(sinfo_lines: list[str], **extra: object) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", RENDER, str(REPO_ROOT), json.dumps(sinfo_lines), json.dumps(extra)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
-    plays = yaml.safe_load((REPO_ROOT / "playbooks/bench.yml").read_text())
-    play = next(p for p in plays if "Slurm" in p["name"])
-    variables: dict[str, Any] = {
-        name: trust_as_template(value) if isinstance(value, str) else value
-        for name, value in play["vars"].items()
-    }
-    variables.update(
-        ansible_play_hosts=hosts,
-        hostvars={h: {"bench__slurm_name": h.split(".")[0]} for h in hosts},
-        bench__sinfo={"stdout_lines": sinfo_lines},
-        playbook_dir=str(REPO_ROOT / "playbooks"),
-        **extra,
-    )
-    rendered = Templar(loader=loader, variables=variables).template(
-        trust_as_template("{{ bench__srun_argv }}")
-    )
-    return list(rendered)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
 def test_the_step_asks_for_every_gpu_and_cpu_of_each_node() -> None:
