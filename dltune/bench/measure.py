@@ -212,12 +212,18 @@ class PowerMeter:
             self.reading.skipped = f"NVML: {exc}"
             self._nvml = None
             return
-        try:
-            self._handle = pynvml.nvmlDeviceGetHandleByUUID(uuid.encode())
-        except pynvml.NVMLError_NoPermission as exc:
-            self.reading.skipped = f"NVML refused this process the GPU ({exc}): a job's device cgroup"
-        except pynvml.NVMLError as exc:
-            self.reading.skipped = f"NVML has no device {uuid}: {exc}"
+        # CUDA names a MIG slice by the same bytes NVML prints as "MIG-...": try that form second.
+        candidates = [uuid] + ([f"MIG-{uuid[4:]}"] if uuid.startswith("GPU-") else [])
+        for candidate in candidates:
+            try:
+                self._handle = pynvml.nvmlDeviceGetHandleByUUID(candidate.encode())
+                self.reading.skipped = None
+                return
+            except pynvml.NVMLError_NoPermission as exc:
+                self.reading.skipped = f"NVML refused this process the GPU ({exc}): a job's device cgroup"
+                return
+            except pynvml.NVMLError as exc:
+                self.reading.skipped = f"NVML has no device {uuid}: {exc}"
 
     def _instant_w(self) -> tuple[float | None, str | None]:
         pynvml = self._nvml

@@ -345,6 +345,8 @@ def test_bench_power_skips_with_the_reason_nvml_gives(fake_nvml_dir: Path) -> No
     """A device the job's cgroup denies, and a window too short for the energy counter: reasons, not 0 W."""
     denied = _power(fake_nvml_dir, "bench_power", "GPU-00000000-0000-0000-0000-000000000002", 0.1)
     assert denied["peak_w"] is None and "Insufficient Permissions" in denied["skipped"]
+    unknown = _power(fake_nvml_dir, "bench_power", "GPU-ffffffff-0000-0000-0000-000000000009", 0.1)
+    assert unknown["peak_w"] is None and "NVML has no device" in unknown["skipped"]
     short = _power(fake_nvml_dir, "bench_power", "GPU-00000000-0000-0000-0000-000000000004", 0.3)
     assert short["joules"] is None and "under the 2 s" in short["skipped"]
     assert short["peak_w"] == pytest.approx(690.0)
