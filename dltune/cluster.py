@@ -13,6 +13,7 @@ import html
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from dltune import SCHEMA_VERSION, __version__
-from dltune.model import AREAS
+from dltune.model import AREAS, Status
+from dltune.schema import of, optional, validate
 
 ORDER = ("error", "fail", "warn", "pass", "skip")  # worst first
 COLOURS = {
@@ -35,16 +37,51 @@ COLOURS = {
 RICH = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "skip": "dim"}
 
 
+# What `dltune report` accepts from a node: the envelope of `dltune audit/bench --format json`.
+RESULT_SCHEMA = of(
+    dict,
+    keys={
+        "id": of(str),
+        "area": of(str),
+        "status": of(str, choices=tuple(s.value for s in Status)),
+        "subject": optional(str, type(None)),
+        "summary": of(str),
+        "evidence": optional(dict),
+        "remedy": optional(str, type(None)),
+        "metrics": optional(dict, items=of(int, float)),
+        "critical": optional(bool),
+    },
+)
+ENVELOPE_SCHEMA = of(
+    dict,
+    keys={
+        "schema_version": of(int, minimum=1),
+        "host": optional(str),
+        "time": optional(str),
+        "valid_until": optional(str),
+        "results": of(list, items=RESULT_SCHEMA),
+    },
+)
+PROBLEM_SCHEMA = of(dict, keys={"problem": of(str)})
+SHOWN_PROBLEMS = 3
+
+
 @dataclass
 class NodeReport:
     host: str
     results: list[dict[str, Any]] = field(default_factory=list)
-    problem: str | None = None  # "unreachable: ..." or "crashed: ..." when no results came back
+    # "unreachable: ...", "crashed: ..." or "invalid: ..." when no usable results came back
+    problem: str | None = None
     sources: list[str] = field(default_factory=list)
+    stale: str | None = None  # a report past its valid_until: shown, never counted healthy
 
     @property
     def healthy(self) -> bool:
-        return self.problem is None and not any(r["status"] in ("fail", "error") for r in self.results)
+        return (
+            self.problem is None
+            and self.stale is None
+            and not any(r["status"] in ("fail", "error") for r in self.results)
+        )
 
 
 def worst(statuses: Iterable[str]) -> str | None:
@@ -62,32 +99,82 @@ def node_name(file: Path) -> str:
     return file.name
 
 
-def load(paths: Sequence[Path]) -> list[NodeReport]:
+def _invalid(file: Path, problems: list[str]) -> str:
+    shown = "; ".join(problems[:SHOWN_PROBLEMS])
+    more = f" (and {len(problems) - SHOWN_PROBLEMS} more)" if len(problems) > SHOWN_PROBLEMS else ""
+    return f"invalid: {file.name}: {shown}{more}"
+
+
+def _stale(file: Path, data: dict[str, Any], now: datetime) -> str | None:
+    until = data.get("valid_until")
+    if until is None:
+        return None
+    try:
+        expiry = datetime.fromisoformat(until)
+    except ValueError:
+        return f"{file.name}: valid_until {until!r} is not a time"
+    if expiry.tzinfo is None:
+        expiry = expiry.replace(tzinfo=timezone.utc)
+    return f"{file.name} was valid until {until}" if expiry < now else None
+
+
+def _read(file: Path, now: datetime) -> tuple[list[dict[str, Any]] | None, str | None, str | None]:
+    """(results, problem, stale) of one node file: results None when the file gives none."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8", errors="surrogateescape"))
+    except (OSError, ValueError) as exc:
+        return None, f"crashed: unreadable report {file.name} ({exc})", None
+    if not isinstance(data, dict):
+        return None, _invalid(file, [f"$: an object expected, found {type(data).__name__}"]), None
+    if "results" not in data and "problem" in data:
+        problems = validate(data, PROBLEM_SCHEMA)
+        return None, _invalid(file, problems) if problems else str(data["problem"]), None
+    version = data.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        return (
+            None,
+            f"unreadable: {file.name} has schema_version {version}, this dltune reads up to "
+            f"{SCHEMA_VERSION}: upgrade dltune where the report is merged",
+            None,
+        )
+    problems = validate(data, ENVELOPE_SCHEMA)
+    if problems:
+        return None, _invalid(file, problems), None
+    return list(data["results"]), None, _stale(file, data, now)
+
+
+def load(paths: Sequence[Path], now: datetime | None = None) -> list[NodeReport]:
     """Envelopes from files or directories of *.json; a node's files (<node>.audit.json and
-    <node>.bench.json) merge. A file of the form {"problem": "..."} marks a node that could not be audited."""
+    <node>.bench.json) merge. A file of the form {"problem": "..."} marks a node that could not be
+    audited; a file that is not a valid envelope marks its node invalid, with the reason, and every
+    other node is still read."""
+    now = now or datetime.now(timezone.utc)
     files: list[Path] = []
     for path in paths:
         files += sorted(path.glob("*.json")) if path.is_dir() else [path]
     nodes: dict[str, NodeReport] = {}
     for file in files:
-        try:
-            data = json.loads(file.read_text())
-        except (OSError, ValueError) as exc:
-            host = node_name(file)
-            nodes.setdefault(
-                host, NodeReport(host)
-            ).problem = f"crashed: unreadable report {file.name} ({exc})"
-            continue
-        if isinstance(data, dict) and "nodes" in data and "results" not in data:
-            continue  # an earlier merged report (cluster.json) in the same directory, not a node
         host = node_name(file)
+        if _is_merged_report(file):
+            continue  # an earlier merged report (cluster.json) in the same directory, not a node
         node = nodes.setdefault(host, NodeReport(host))
         node.sources.append(file.name)
-        if "results" in data:
-            node.results += list(data["results"])
-        else:
-            node.problem = str(data.get("problem") or "crashed: no results in the report")
+        results, problem, stale = _read(file, now)
+        if problem is not None:
+            node.problem = "; ".join(p for p in (node.problem, problem) if p)
+        if results is not None:
+            node.results += results
+        if stale is not None:
+            node.stale = stale
     return [nodes[h] for h in sorted(nodes)]
+
+
+def _is_merged_report(file: Path) -> bool:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8", errors="surrogateescape"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "nodes" in data and "results" not in data
 
 
 def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:
@@ -131,6 +218,8 @@ def render_summary(nodes: Sequence[NodeReport], console: Console) -> None:
             for r in node.results
             if r["status"] in ("fail", "error")
         ]
+        if node.stale:
+            findings.insert(0, f"STALE: {node.stale}")
         table.add_row(Text(node.host), *cells, Text("; ".join(findings)))
     console.print(table)
 
@@ -195,7 +284,8 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
                 f'<td style="background:{COLOURS.get(status or "", "#fff")}" title="{esc(tip)}">'
                 f"{esc(status or '')}</td>"
             )
-        rows.append(f"<tr><th>{esc(node.host)}</th>{''.join(cells)}</tr>")
+        stale = f'<br><span class="stale">stale: {esc(node.stale)}</span>' if node.stale else ""
+        rows.append(f"<tr><th>{esc(node.host)}{stale}</th>{''.join(cells)}</tr>")
     findings = []
     for node in nodes:
         for r in node.results:
@@ -221,11 +311,12 @@ table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 6px; font-size: 13px; }}
 th.v {{ writing-mode: vertical-rl; transform: rotate(180deg); white-space: nowrap; }}
 td.unreachable {{ background: #000; color: #fff; }}
+span.stale {{ color: #c62828; font-weight: normal; }}
 table.matrix td {{ color: #fff; }}
 </style></head><body>
 <h1>dltune report</h1>
-<p>{len(nodes)} node(s), {healthy} healthy (no fail, no error, reachable). Generated {esc(generated)}
-by dltune {esc(__version__)}. Hover a cell for the summaries.</p>
+<p>{len(nodes)} node(s), {healthy} healthy (no fail, no error, reachable, valid and current).
+Generated {esc(generated)} by dltune {esc(__version__)}. Hover a cell for the summaries.</p>
 <table class="matrix"><tr><th>node</th>{head}</tr>{"".join(rows)}</table>
 <h2>Findings</h2>
 <table><tr><th>node</th><th>status</th><th>check</th><th>subject</th><th>summary</th><th>remedy</th>

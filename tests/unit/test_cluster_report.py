@@ -3,14 +3,23 @@ failing node stand out in the summary, the JSON and the HTML."""
 
 from __future__ import annotations
 
+import io
 import json
+from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rich.console import Console
 from typer.testing import CliRunner
 
 from dltune.cli import app
-from dltune.cluster import bench_charts, load
+from dltune.cluster import bench_charts, load, merged_json, render_html, render_summary
+
+NOW = datetime.now(timezone.utc)
 
 
 def result(check_id: str, status: str, subject: str | None = None, **metrics: float) -> dict[str, object]:
@@ -32,8 +41,8 @@ def envelope(host: str, results: list[dict[str, object]]) -> dict[str, object]:
         "schema_version": 1,
         "tool_version": "0.1.0",
         "host": host,
-        "time": "t",
-        "valid_until": "t",
+        "time": NOW.isoformat(timespec="seconds"),
+        "valid_until": (NOW + timedelta(hours=1)).isoformat(timespec="seconds"),
         "results": results,
     }
 
@@ -143,3 +152,117 @@ def test_a_multi_node_bench_joins_the_row_of_the_node_that_led_it(tmp_path: Path
     assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
     assert [r["id"] for r in nodes["node1"].results] == ["storage.data_noatime", "bench.multinode_allreduce"]
     assert nodes["node1"].sources == ["node1.json", "node1.multinode.bench.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("[1, 2]", "an object expected, found list"),
+        (
+            json.dumps(
+                envelope("bad", [{k: v for k, v in result("gpu.ecc", "pass").items() if k != "status"}])
+            ),
+            "required key 'status' is missing",
+        ),
+        (
+            json.dumps(envelope("bad", [{**result("gpu.ecc", "pass"), "summary": 42}])),
+            "$.results[0].summary: a string expected, found an integer",
+        ),
+        (json.dumps(envelope("bad", [result("gpu.ecc", "healthy")])), "'healthy' is not one of"),
+        (json.dumps({**envelope("bad", []), "results": {"id": "x"}}), "$.results: a list expected"),
+        (json.dumps({"problem": 7}), "$.problem: a string expected"),
+    ],
+    ids=["array", "no-status", "number-for-string", "unknown-status", "results-object", "problem-number"],
+)
+def test_one_malformed_node_file_is_that_node_invalid_and_the_fleet_still_reports(
+    tmp_path: Path, content: str, reason: str
+) -> None:
+    """One node's bad file used to crash the whole report (or, for an unknown status, count as
+    healthy): now that node is `invalid` with the reason, every other node is rendered, and the
+    report exits 1."""
+    reports = write_fleet(tmp_path)
+    (reports / "bad.json").write_text(content)
+    nodes = {n.host: n for n in load([reports])}
+    assert sorted(nodes) == ["bad", "node1", "node2", "node3", "node4"]
+    bad = nodes["bad"]
+    assert not bad.healthy and (bad.problem or "").startswith("invalid: bad.json: "), bad.problem
+    assert reason in (bad.problem or "")
+    assert nodes["node1"].healthy
+    outcome = CliRunner().invoke(app, ["report", str(reports), "--html", str(tmp_path / "r.html")])
+    assert outcome.exit_code == 1, outcome.output
+    assert "INVALID: BAD.JSON" in outcome.output
+    assert "invalid: bad.json" in (tmp_path / "r.html").read_text()
+
+
+def test_a_report_past_its_valid_until_is_stale_not_healthy(tmp_path: Path) -> None:
+    old = {**envelope("old", [result("gpu.ecc", "pass")]), "valid_until": "2020-01-01T00:00:00+00:00"}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(envelope("new", [result("gpu.ecc", "pass")])))
+    nodes = {n.host: n for n in load([tmp_path])}
+    assert nodes["new"].healthy
+    assert not nodes["old"].healthy and "valid until 2020-01-01" in (nodes["old"].stale or "")
+    assert nodes["old"].results  # still shown
+    outcome = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert outcome.exit_code == 1 and "STALE" in outcome.output
+
+
+def test_an_envelope_of_a_newer_schema_is_named_not_misread(tmp_path: Path) -> None:
+    (tmp_path / "future.json").write_text(json.dumps({**envelope("future", []), "schema_version": 2}))
+    (node,) = load([tmp_path])
+    assert "schema_version 2, this dltune reads up to 1" in (node.problem or "") and not node.healthy
+
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+RESULT_KEYS = ("id", "area", "status", "subject", "summary", "evidence", "remedy", "metrics", "critical")
+RESULTS = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            **{key: JSON_VALUES for key in RESULT_KEYS},
+            "status": st.sampled_from(["pass", "warn", "fail", "error", "skip", "healthy", ""]) | JSON_VALUES,
+            "id": st.sampled_from(["gpu.ecc", "bench.matmul", "bench.train_synthetic"]) | JSON_VALUES,
+            "metrics": st.dictionaries(st.sampled_from(["tflops", "images_per_s"]), JSON_VALUES, max_size=2),
+        },
+    ),
+    max_size=5,
+)
+ENVELOPES = st.fixed_dictionaries(
+    {},
+    optional={
+        "schema_version": st.sampled_from([1, 2, 0, "1"]) | JSON_VALUES,
+        "host": JSON_VALUES,
+        "valid_until": st.sampled_from(["2020-01-01T00:00:00", "2999-01-01T00:00:00+00:00", "soon"])
+        | JSON_VALUES,
+        "results": RESULTS | JSON_VALUES,
+        "problem": JSON_VALUES,
+        "nodes": JSON_VALUES,
+    },
+)
+FUZZ_EXAMPLES = 2000
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents=st.lists(ENVELOPES | JSON_VALUES, min_size=1, max_size=3))
+def test_no_node_file_crashes_the_report(
+    tmp_path_factory: pytest.TempPathFactory, documents: list[Any]
+) -> None:
+    """Random envelopes, right and wrong in every field: loading and every renderer finish, each node is
+    either valid or names its problem, and no node with an unknown status is healthy."""
+    directory = tmp_path_factory.mktemp("fuzz")
+    for index, document in enumerate(documents):
+        (directory / f"n{index}.json").write_text(json.dumps(document))
+    nodes = load([directory])
+    merged_json(nodes, "now")
+    render_html(nodes, "now")
+    render_summary(nodes, Console(file=io.StringIO(), width=120))
+    for node in nodes:
+        assert node.problem or all(
+            r["status"] in ("pass", "warn", "fail", "error", "skip") for r in node.results
+        )
