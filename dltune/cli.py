@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -28,7 +27,15 @@ from dltune.checks import run_checks
 from dltune.model import AREAS, EXIT_USAGE_OR_ERROR, exit_code
 from dltune.probes import collect_snapshot
 from dltune.probes.watchdog import Deadline
-from dltune.report import render_facts, render_human, render_json, render_prometheus, write_atomically
+from dltune.report import (
+    console,
+    render_facts,
+    render_human,
+    render_json,
+    render_prometheus,
+    write_atomically,
+)
+from dltune.text import visible
 
 app = typer.Typer(
     help="Audit and benchmark a deep-learning training node.",
@@ -56,6 +63,26 @@ def _parse_areas(only: str | None) -> list[str] | None:
             param_hint="--only",
         )
     return areas
+
+
+def check_output_file(path: Path, hint: str) -> None:
+    """An output path that cannot be written is a usage error before any work (exit 2), not a traceback
+    after it."""
+    if path.is_dir():
+        raise typer.BadParameter(f"{path} is a directory: give a file", param_hint=hint)
+    parent = path.parent
+    if not parent.is_dir():
+        raise typer.BadParameter(f"{parent} is not a directory", param_hint=hint)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise typer.BadParameter(f"{parent} is not writable by this user", param_hint=hint)
+
+
+def write_output(path: Path, text: str, hint: str) -> None:
+    try:
+        write_atomically(path, text)
+    except OSError as exc:  # e.g. the disk filled up since the check
+        console(stderr=True).print(f"dltune: {hint} {visible(str(path))}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
 
 
 @app.command()
@@ -121,10 +148,10 @@ def audit(
         areas = _parse_areas(only)
         if not root.is_dir():
             raise typer.BadParameter(f"{root} is not a directory", param_hint="--root")
-        if textfile_dir is not None and not textfile_dir.is_dir():
-            raise typer.BadParameter(f"{textfile_dir} is not a directory", param_hint="--textfile-dir")
-        if facts_file is not None and not facts_file.parent.is_dir():
-            raise typer.BadParameter(f"{facts_file.parent} does not exist", param_hint="--facts-file")
+        if textfile_dir is not None:
+            check_output_file(textfile_dir / "dltune.prom", "--textfile-dir")
+        if facts_file is not None:
+            check_output_file(facts_file, "--facts-file")
         for value, hint in (
             (nfs_timeout, "--nfs-timeout"),
             (timeout, "--timeout"),
@@ -142,20 +169,20 @@ def audit(
         now = datetime.now(timezone.utc)
         # Writing files is explicit (root-run timers and hooks ask for it); the audit itself writes nothing.
         if textfile_dir is not None:
-            write_atomically(textfile_dir / "dltune.prom", render_prometheus(results, now))
+            write_output(textfile_dir / "dltune.prom", render_prometheus(results, now), "--textfile-dir")
         if facts_file is not None:
-            write_atomically(facts_file, render_facts(results, host, now))
+            write_output(facts_file, render_facts(results, host, now), "--facts-file")
         if slurm_drain:
             from dltune.probes.runner import SubprocessRunner
             from dltune.slurm_health import apply as apply_slurm_health
 
             node = slurm_node or socket.gethostname().split(".")[0]
             try:
-                Console(stderr=True).print(
+                console(stderr=True).print(
                     f"dltune audit --slurm-drain: {apply_slurm_health(node, results, SubprocessRunner())}"
                 )
             except RuntimeError as exc:
-                Console(stderr=True).print(f"dltune audit --slurm-drain: {exc}")
+                console(stderr=True).print(f"dltune audit --slurm-drain: {exc}")
                 raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
         if output is OutputFormat.json:
             sys.stdout.write(render_json(results, host, now))
@@ -163,7 +190,7 @@ def audit(
             sys.stdout.write(render_prometheus(results, now))
         else:
             # Piped into a log (Ansible, Slurm), a terminal's 80 columns would fold every summary.
-            render_human(results, Console(width=None if sys.stdout.isatty() else 160), host)
+            render_human(results, console(width=None if sys.stdout.isatty() else 160), host)
         raise typer.Exit(exit_code(results))
 
     finally:
@@ -224,9 +251,9 @@ def stage(
         raise typer.BadParameter(
             "give --to DIR (or run inside a Slurm job with $SLURM_TMPDIR)", param_hint="--to"
         )
-    err = Console(stderr=True)
+    err = console(stderr=True)
     with Progress(
-        TextColumn("staging {task.description}"),
+        TextColumn("staging {task.description}", markup=False),
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
@@ -332,9 +359,11 @@ def bench(
         data_parallel=data_parallel,
         compile=compile_step,
     )
-    err = Console(stderr=True, soft_wrap=True)  # messages whole in job logs, not folded at 80
+    err = console(stderr=True, soft_wrap=True)  # messages whole in job logs, not folded at 80
     start = datetime.now(timezone.utc)
-    with Progress(TextColumn("bench: {task.description}"), BarColumn(), console=err, transient=True) as bar:
+    with Progress(
+        TextColumn("bench: {task.description}", markup=False), BarColumn(), console=err, transient=True
+    ) as bar:
         task = bar.add_task("starting", total=None)
         try:
             if multi_node:
@@ -354,7 +383,7 @@ def bench(
     if output is BenchFormat.json:
         sys.stdout.write(render_json(results, host, now))
     else:
-        render_human(results, Console(width=None if sys.stdout.isatty() else 160), host, what="bench")
+        render_human(results, console(width=None if sys.stdout.isatty() else 160), host, what="bench")
     raise typer.Exit(exit_code(results))
 
 
@@ -373,15 +402,18 @@ def report(
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise typer.BadParameter(f"{', '.join(missing)} does not exist", param_hint="PATHS")
+    for path, hint in ((html_file, "--html"), (json_file, "--json")):
+        if path is not None:
+            check_output_file(path, hint)
     nodes = cluster.load(paths)
     if not nodes:
         raise typer.BadParameter("no *.json reports found", param_hint="PATHS")
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if json_file is not None:
-        write_atomically(json_file, cluster.merged_json(nodes, generated))
+        write_output(json_file, cluster.merged_json(nodes, generated), "--json")
     if html_file is not None:
-        write_atomically(html_file, cluster.render_html(nodes, generated))
-    cluster.render_summary(nodes, Console(width=None if sys.stdout.isatty() else 160))
+        write_output(html_file, cluster.render_html(nodes, generated), "--html")
+    cluster.render_summary(nodes, console(width=None if sys.stdout.isatty() else 160))
     if html_file is not None:
         typer.echo(f"HTML report: {html_file.resolve()}")
     raise typer.Exit(0 if all(n.healthy for n in nodes) else 1)

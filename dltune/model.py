@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dltune.text import visible, visible_data
+
 AREAS: tuple[str, ...] = ("system", "storage", "driver", "gpu", "nfs", "network", "env", "staging", "bench")
 
 
@@ -51,15 +53,16 @@ class Result:
         return _area(self.id)
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as every renderer shows it: host text through dltune.text's escaping policy."""
         return {
             "id": self.id,
             "area": self.area,
-            "subject": self.subject,
+            "subject": None if self.subject is None else visible(self.subject),
             "status": self.status.value,
-            "summary": self.summary,
-            "evidence": dict(self.evidence),
-            "remedy": self.remedy,
-            "metrics": dict(self.metrics),
+            "summary": visible(self.summary),
+            "evidence": visible_data(self.evidence),
+            "remedy": None if self.remedy is None else visible(self.remedy),
+            "metrics": {visible(k): v for k, v in self.metrics.items()},
             "critical": self.critical,
         }
 

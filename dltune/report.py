@@ -16,6 +16,7 @@ from rich.text import Text
 
 from dltune import SCHEMA_VERSION, __version__
 from dltune.model import Result, Status
+from dltune.text import visible
 
 STATUS_STYLE = {
     Status.PASS: "green",
@@ -26,13 +27,18 @@ STATUS_STYLE = {
 }
 
 
+def console(*, stderr: bool = False, width: int | None = None, soft_wrap: bool = False) -> Console:
+    """A console that never reads markup or highlights: the text it prints comes from the host."""
+    return Console(stderr=stderr, width=width, soft_wrap=soft_wrap, markup=False, highlight=False)
+
+
 def envelope(
     results: Sequence[Result], host: str, now: datetime, valid_for: timedelta = timedelta(hours=1)
 ) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
-        "host": host,
+        "host": visible(host),
         "time": now.astimezone(timezone.utc).isoformat(timespec="seconds"),
         "valid_until": (now + valid_for).astimezone(timezone.utc).isoformat(timespec="seconds"),
         "results": [r.to_dict() for r in results],
@@ -55,49 +61,54 @@ def render_json(results: Sequence[Result], host: str, now: datetime) -> str:
 GROUP_ABOVE = 5
 
 
-def _rows(results: Sequence[Result]) -> list[tuple[Result, str, str]]:
-    """(result, subject text, summary text) per table row, grouping large runs of one check/status."""
+def _rows(results: Sequence[Result]) -> list[tuple[Result, dict[str, Any], str, str]]:
+    """(result, its shown form, subject text, summary text) per table row, grouping large runs of one
+    check/status."""
     groups: dict[tuple[str, Status], list[Result]] = {}
     for r in results:
         groups.setdefault((r.id, r.status), []).append(r)
-    rows: list[tuple[Result, str, str]] = []
+    rows: list[tuple[Result, dict[str, Any], str, str]] = []
     emitted: set[tuple[str, Status]] = set()
     for r in results:
         key = (r.id, r.status)
         members = groups[key]
         if len(members) <= GROUP_ABOVE:
-            rows.append((r, r.subject or "", r.summary))
+            shown = r.to_dict()
+            rows.append((r, shown, shown["subject"] or "", shown["summary"]))
         elif key not in emitted:
             emitted.add(key)
-            examples = ", ".join(m.subject or "" for m in members[:3])
+            shown = r.to_dict()
+            examples = ", ".join(visible(m.subject or "") for m in members[:3])
             rows.append(
                 (
                     r,
+                    shown,
                     f"{len(members)} subjects ({examples}, ...)",
-                    f"{r.summary} (and {len(members) - 1} more)",
+                    f"{shown['summary']} (and {len(members) - 1} more)",
                 )
             )
     return rows
 
 
 def render_human(results: Sequence[Result], console: Console, host: str, what: str = "audit") -> None:
-    table = Table(title=f"dltune {what} of {host}", show_lines=False)
+    """Every cell is plain Text: data such as a mount point /data/[bold]x is never read as markup."""
+    table = Table(title=Text(f"dltune {what} of {visible(host)}"), show_lines=False)
     table.add_column("status")
     table.add_column("check")
     table.add_column("subject")
     table.add_column("summary", overflow="fold")
     table.add_column("remedy", overflow="fold")
-    for r, subject, summary in _rows(results):
+    for r, shown, subject, summary in _rows(results):
         table.add_row(
             Text(r.status.value.upper(), style=STATUS_STYLE[r.status]),
-            r.id,
-            subject,
-            summary,
-            r.remedy if r.status not in (Status.PASS, Status.SKIP) and r.remedy else "",
+            Text(r.id),
+            Text(subject),
+            Text(summary),
+            Text(shown["remedy"] if r.status not in (Status.PASS, Status.SKIP) and shown["remedy"] else ""),
         )
     console.print(table)
     counts = {s: sum(1 for r in results if r.status is s) for s in Status}
-    console.print(", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "no checks ran")
+    console.print(Text(", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "no checks ran"))
 
 
 # --- Prometheus textfile (node_exporter's textfile collector) and Ansible local facts ------------
@@ -114,20 +125,21 @@ def render_prometheus(results: Sequence[Result], now: datetime) -> str:
         "# HELP dltune_check_status Result of a dltune audit check: 1, labelled with its status.",
         "# TYPE dltune_check_status gauge",
     ]
-    for r in results:
+    shown = [r.to_dict() for r in results]
+    for r in shown:
         lines.append(
-            f'dltune_check_status{{id="{_label(r.id)}",area="{_label(r.area)}",'
-            f'subject="{_label(r.subject)}",status="{r.status.value}",'
-            f'critical="{str(r.critical).lower()}"}} 1'
+            f'dltune_check_status{{id="{_label(r["id"])}",area="{_label(r["area"])}",'
+            f'subject="{_label(r["subject"])}",status="{r["status"]}",'
+            f'critical="{str(r["critical"]).lower()}"}} 1'
         )
     lines += [
         "# HELP dltune_check_metric A number a dltune check measured (see the metric label).",
         "# TYPE dltune_check_metric gauge",
     ]
-    for r in results:
-        for name, value in sorted(r.metrics.items()):
+    for r in shown:
+        for name, value in sorted(r["metrics"].items()):
             lines.append(
-                f'dltune_check_metric{{id="{_label(r.id)}",subject="{_label(r.subject)}",'
+                f'dltune_check_metric{{id="{_label(r["id"])}",subject="{_label(r["subject"])}",'
                 f'metric="{_label(name)}"}} {float(value)!r}'
             )
     counts = {s: sum(1 for r in results if r.status is s) for s in Status}

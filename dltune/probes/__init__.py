@@ -27,6 +27,7 @@ from dltune.probes.packages import KernelLog, Package, read_driver_packages, rea
 from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
 from dltune.probes.storage import SpaceInfo, data_mount_points, resolve_uuids, space_of
 from dltune.probes.watchdog import Deadline
+from dltune.text import decimal
 
 
 @dataclass(frozen=True)
@@ -213,8 +214,8 @@ def _mem_total_kb(meminfo: str | None) -> int | None:
     for line in (meminfo or "").splitlines():
         if line.startswith("MemTotal:"):
             parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit():
-                return int(parts[1])
+            if len(parts) >= 2 and decimal(parts[1]) is not None:
+                return decimal(parts[1])
     return None
 
 

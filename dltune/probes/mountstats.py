@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from dltune.probes.mounts import unescape
+from dltune.text import decimal
 
 _DEVICE = re.compile(
     r"^device (?P<device>\S+) mounted on (?P<mount>\S+) with fstype (?P<fstype>\S+)"
@@ -48,7 +49,7 @@ class Mountstats:
 def _transport(words: list[str]) -> Transport | None:
     if not words:
         return None
-    numbers = [int(w) if w.isdigit() else None for w in words[1:]]
+    numbers = [decimal(w) for w in words[1:]]
     protocol = words[0]
     if protocol in ("tcp", "udp"):
         port = numbers[0] if numbers else None
@@ -96,8 +97,8 @@ def parse_mountstats(text: str) -> Mountstats:
             current["options"] = dict(
                 (opt.partition("=")[0], opt.partition("=")[2]) for opt in value.split(",") if opt
             )
-        elif key == "age" and value.isdigit():
-            current["age_seconds"] = int(value)
+        elif key == "age" and decimal(value) is not None:
+            current["age_seconds"] = decimal(value)
         elif key == "xprt":
             transport = _transport(value.split())
             if transport is not None:

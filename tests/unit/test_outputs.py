@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from dltune.cli import app
 from dltune.model import Result, Status
 from dltune.report import render_prometheus
+from dltune.text import unescape
 from tests.conftest import FIXTURES, REPO_ROOT
 
 
@@ -48,12 +49,16 @@ def test_prometheus_output_of_a_fixture_tree_parses() -> None:
 
 
 def test_label_values_survive_quotes_backslashes_and_newlines() -> None:
+    """The label is the subject as every output shows it (dltune.text: backslash and control characters
+    escaped), exactly: the exposition format's own escaping round-trips it, and it maps back to the
+    original bytes."""
     subject = '/mnt/a "b"\\c\nd'
     text = render_prometheus(
         [Result("storage.data_space", Status.WARN, "x", subject=subject)], datetime.now(timezone.utc)
     )
     ((labels, value),) = families(text)["dltune_check_status"]
-    assert labels["subject"] == subject and value == 1
+    assert labels["subject"] == '/mnt/a "b"\\\\c\\x0ad' and value == 1
+    assert unescape(labels["subject"]) == subject.encode()
 
 
 def test_textfile_dir_is_written_atomically_and_readable(tmp_path: Path) -> None:
