@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
 import socket
 import sys
 from datetime import datetime, timezone
@@ -63,6 +64,13 @@ def _parse_areas(only: str | None) -> list[str] | None:
             param_hint="--only",
         )
     return areas
+
+
+EXIT_INTERRUPTED = 130
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def check_output_file(path: Path, hint: str) -> None:
@@ -224,7 +232,10 @@ def _plan_advice(src: Path) -> list[str]:
 
 @app.command()
 def stage(
-    src: Annotated[Path, typer.Argument(help="Dataset directory, or an archive (tar, tar.gz, tar.zst).")],
+    src: Annotated[
+        Path,
+        typer.Argument(help="Dataset directory, a tar archive (tar, tar.gz/bz2/xz/zst), or one file."),
+    ],
     to: Annotated[
         Path | None,
         typer.Option("--to", help="Destination directory (default: $SLURM_TMPDIR).", envvar="SLURM_TMPDIR"),
@@ -237,8 +248,13 @@ def stage(
     ] = False,
     checksum: Annotated[bool, typer.Option("--checksum", help="With --verify, compare SHA-256 too.")] = False,
     plan: Annotated[bool, typer.Option("--plan", help="Only advise: memory, stage, shared or pack.")] = False,
+    replace: Annotated[
+        bool,
+        typer.Option("--replace", help="Replace DIR/<name> when it holds another source, or an older state."),
+    ] = False,
 ) -> None:
-    """Copy SRC to DIR/<name> on node-local disk: parallel, resumable, atomic. Prints the staged path."""
+    """Copy SRC to DIR/<name> on node-local disk: parallel, resumable, atomic. Prints the staged path.
+    Exit 0 staged, 1 refused or failed, 2 usage, 130 interrupted (the partial copy resumes)."""
     from dltune import stage as stage_mod
 
     if not src.exists():
@@ -261,7 +277,9 @@ def stage(
         console=err,
         transient=True,
     ) as bar:
-        task = bar.add_task(src.name, total=None)
+        task = bar.add_task(visible(src.name), total=None)
+        # SIGTERM (Slurm's scancel, a job's time limit) ends the copy as Ctrl-C does: cleanly, resumable.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             summary = stage_mod.stage(
                 src,
@@ -269,19 +287,31 @@ def stage(
                 workers=workers,
                 verify=verify,
                 checksum=checksum,
+                replace=replace,
                 progress=lambda n: bar.advance(task, n),
-                on_total=lambda total: bar.update(task, total=total),
+                on_total=lambda total: bar.update(task, total=total or None),
             )
         except stage_mod.StageError as exc:
-            err.print(f"dltune stage: {exc}")
+            err.print(f"dltune stage: {visible(str(exc))}")
             raise typer.Exit(1) from exc
+        except KeyboardInterrupt as exc:
+            err.print(
+                f"dltune stage: interrupted; the partial copy in {visible(str(to))} is kept and is not "
+                "taken as staged: run the same command again to resume"
+            )
+            raise typer.Exit(EXIT_INTERRUPTED) from exc
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     err.print(
-        f"staged {summary.path}: {summary.files} files, {summary.bytes / 1e6:.1f} MB copied"
+        f"staged {visible(str(summary.path))}: {summary.files} files, {summary.bytes / 1e6:.1f} MB copied"
         f" ({summary.skipped} already there) in {summary.seconds:.1f}s, {summary.mb_per_s:.0f} MB/s"
         + (", verified" if summary.verified else "")
         + (f" ({'; '.join(summary.notes)})" if summary.notes else "")
     )
-    typer.echo(str(summary.path))
+    # The path exactly, as bytes: scripts take it as is (DATA=$(dltune stage ...)).
+    sys.stdout.flush()
+    sys.stdout.buffer.write(os.fsencode(summary.path) + b"\n")
+    sys.stdout.buffer.flush()
 
 
 class BenchFormat(str, Enum):

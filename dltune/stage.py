@@ -1,27 +1,47 @@
-"""`dltune stage`: copy a dataset (a directory or an archive) onto node-local scratch, fast, verified,
-resumable and atomic.
+"""`dltune stage`: copy a dataset (a directory, a tar archive, or a single file such as an HDF5 file,
+an LMDB or a WebDataset shard) onto node-local scratch, fast, verified, resumable and atomic.
 
 - Into ``DIR/.<name>.partial``, renamed to ``DIR/<name>`` only when complete (and verified when asked):
   a path without the dot is always complete.
-- Resumable: a rerun after a kill keeps the files already complete (same size and mtime; each file is
-  written under a temporary name and renamed, so a half-written file never looks complete).
+- Each file is written under a temporary name (``.<file>.dltune-tmp``) and renamed over its final name
+  once its content, mode and mtime are in place: a half-written file never looks complete, and a
+  staged file's permissions (0444) never block a resume.
+- Resumable: a rerun after a kill keeps the files already complete (same size and mtime).
+- A source file that changes while it is copied (size or mtime before and after) is copied again, and
+  after three tries refused; it is never stamped complete.
+- A record beside the dataset, ``DIR/.<name>.dltune-source.json`` (never inside it, where a data
+  loader would see it), says what was staged: source path, kind, files, bytes, newest mtime. A
+  same-name stage from another source, or from a source that changed since, is refused unless
+  ``replace=True`` (``--replace``).
 - One stager per destination: a second invocation for the same DIR/<name> waits on a lock.
-- Preflight: free bytes and inodes at DIR (and RAM on a tmpfs) against what is still to copy; refuses
-  before copying anything.
-- Archives (tar, tar.gz/bz2/xz, tar.zst) are extracted with tarfile's ``data`` filter: no absolute
-  paths, no ``..``, no links leaving the tree, no devices.
+- Preflight: the blocks the files will allocate (sizes rounded up to the destination's block size,
+  one block per directory), inodes, and RAM on a tmpfs, against what is still to copy; refuses before
+  copying anything. An ENOSPC during the copy is a clean error that keeps the partial tree.
+- Archives (tar, tar.gz/bz2/xz, tar.zst) are read once, extracted with tarfile's ``data`` filter (no
+  absolute paths, no ``..``, no links leaving the tree, no devices) and verified during that read: the
+  stream is read to its end, so the compressor's own check (gzip/bzip2 CRC, xz check, zstd checksum)
+  runs, and a truncated or corrupt archive is an error. ``checksum`` digests each member as it is
+  extracted and then re-reads the staged files (local) against those digests.
+- Zip archives are refused with a message: extract them into a directory, or repack as tar.
 """
 
 from __future__ import annotations
 
+import bz2
 import contextlib
+import errno
 import fcntl
+import gzip
 import hashlib
+import json
+import lzma
 import os
 import shutil
 import stat
 import tarfile
 import time
+import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +55,9 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", "
 TMPFS_TYPES = ("tmpfs", "ramfs")
 # Reserve kept free on the destination: another job on the node needs room too.
 RESERVE_FRACTION = 0.02
+COPY_TRIES = 3
+# What a corrupt or truncated compressed stream raises, by decompressor.
+CORRUPT = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile, OSError, ValueError)
 
 
 class StageError(Exception):
@@ -72,6 +95,7 @@ class Space:
     free_inodes: int
     fstype: str
     mem_available: int | None = None
+    block_size: int = 4096
 
 
 def staged_name(src: Path) -> str:
@@ -100,7 +124,7 @@ def space_at(path: Path) -> Space:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 mem = int(line.split()[1]) * 1024
-    return Space(st.f_bavail * st.f_frsize, st.f_favail, fstype, mem)
+    return Space(st.f_bavail * st.f_frsize, st.f_favail, fstype, mem, st.f_frsize or 4096)
 
 
 def scan_tree(src: Path) -> list[Entry]:
@@ -108,43 +132,46 @@ def scan_tree(src: Path) -> list[Entry]:
     stack = [""]
     while stack:
         relative = stack.pop()
-        with os.scandir(src / relative) as it:
-            for item in sorted(it, key=lambda e: e.name):
-                rel = f"{relative}/{item.name}" if relative else item.name
-                st = item.stat(follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    entries.append(Entry(rel, "link", target=os.readlink(item.path)))
-                elif stat.S_ISDIR(st.st_mode):
-                    entries.append(Entry(rel, "dir", mode=stat.S_IMODE(st.st_mode)))
-                    stack.append(rel)
-                elif stat.S_ISREG(st.st_mode):
-                    entries.append(Entry(rel, "file", st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode)))
-                # sockets, fifos and devices are not dataset content: left out
+        try:
+            with os.scandir(src / relative) as it:
+                listing = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise StageError(
+                f"{src / relative}: cannot read the directory ({exc.strerror}); nothing was copied"
+            ) from exc
+        for item in listing:
+            rel = f"{relative}/{item.name}" if relative else item.name
+            st = item.stat(follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                entries.append(Entry(rel, "link", target=os.readlink(item.path)))
+            elif stat.S_ISDIR(st.st_mode):
+                entries.append(Entry(rel, "dir", mode=stat.S_IMODE(st.st_mode)))
+                stack.append(rel)
+            elif stat.S_ISREG(st.st_mode):
+                entries.append(Entry(rel, "file", st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode)))
+            # sockets, fifos and devices are not dataset content: left out
     return entries
 
 
-def _open_archive(src: Path) -> tarfile.TarFile:
-    if src.name.endswith((".tar.zst", ".tar.zstd")):
+def _decompressed(src: Path) -> Any:
+    """The archive's tar stream, decompressed by a reader whose own check (CRC, xz check, zstd
+    checksum) runs when it is read to its end."""
+    name = src.name
+    if name.endswith((".tar.zst", ".tar.zstd")):
         try:
             import zstandard
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise StageError(
                 f"{src.name}: .tar.zst needs the zstandard package (pip install zstandard)"
             ) from exc
-        stream: IO[bytes] = zstandard.ZstdDecompressor().stream_reader(src.open("rb"))
-        return tarfile.open(fileobj=stream, mode="r|")
-    return tarfile.open(src, mode="r|*")
-
-
-def scan_archive(src: Path) -> list[Entry]:
-    entries = []
-    with _open_archive(src) as tar:
-        for member in tar:
-            kind = "file" if member.isfile() else "dir" if member.isdir() else "link"
-            entries.append(
-                Entry(_member_path(member), kind, member.size, int(member.mtime * 1e9), member.mode)
-            )
-    return entries
+        return zstandard.ZstdDecompressor().stream_reader(src.open("rb"), read_across_frames=True)
+    if name.endswith((".tar.gz", ".tgz")):
+        return gzip.open(src, "rb")
+    if name.endswith(".tar.bz2"):
+        return bz2.open(src, "rb")
+    if name.endswith(".tar.xz"):
+        return lzma.open(src, "rb")
+    return src.open("rb")
 
 
 def _member_path(member: tarfile.TarInfo) -> str:
@@ -159,13 +186,26 @@ def _resume_target(partial: Path, member: tarfile.TarInfo) -> Path | None:
     return target if os.path.realpath(target).startswith(root + os.sep) else None
 
 
+def allocated(size: int, block: int) -> int:
+    """The bytes a file of `size` takes on a filesystem of `block`-byte blocks."""
+    return -(-size // block) * block
+
+
 def preflight(entries: list[Entry], done_bytes: int, done_files: int, space: Space, dest: Path) -> None:
-    need_bytes = sum(e.size for e in entries if e.kind == "file") - done_bytes
+    block = max(space.block_size, 1)
+    need_bytes = (
+        sum(allocated(e.size, block) for e in entries if e.kind == "file")
+        + block * sum(e.kind == "dir" for e in entries)
+        - done_bytes
+    )
     need_inodes = len(entries) - done_files
     reserve = int((space.free_bytes + max(need_bytes, 0)) * RESERVE_FRACTION)
     problems = []
     if need_bytes > space.free_bytes - reserve:
-        problems.append(f"needs {need_bytes / 1e9:.2f} GB, {space.free_bytes / 1e9:.2f} GB free at {dest}")
+        problems.append(
+            f"needs {need_bytes / 1e9:.2f} GB in {block}-byte blocks, "
+            f"{space.free_bytes / 1e9:.2f} GB free at {dest}"
+        )
     if space.free_inodes and need_inodes > space.free_inodes:
         problems.append(f"needs {need_inodes} inodes, {space.free_inodes} free")
     if space.mem_available is not None and need_bytes > space.mem_available:
@@ -206,26 +246,80 @@ SMALL_FILE = 1 << 20
 BATCH_FILES, BATCH_BYTES = 128, 64 << 20
 
 
+class _Changed(Exception):
+    """The source file changed while it was copied."""
+
+
+def _temporary(dst: str) -> str:
+    head, tail = os.path.split(dst)
+    return os.path.join(head, f".{tail}.dltune-tmp")
+
+
+def _filled_up(exc: OSError, dst: str) -> StageError:
+    return StageError(
+        f"the destination filled up while copying {dst} ({exc.strerror}); the partial copy is kept: "
+        "free space and rerun the same command to resume, or stage elsewhere (--to)"
+    )
+
+
 def _copy_file(src: str, dst: str, entry: Entry) -> None:
-    """Copy content, then mode and mtime. The mtime is set last: a copy cut short keeps a fresh mtime
-    and so never passes for complete (size and mtime) when a rerun resumes."""
-    source = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    """Copy content into a temporary sibling, set mode and mtime, then rename it over `dst` (replaced,
+    never rewritten in place). The source's size and mtime are compared before and after: a file that
+    changed meanwhile raises _Changed and is never stamped complete. `entry` takes the size and mtime
+    that were copied."""
     try:
-        target = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        source = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise StageError(f"{src}: cannot read it ({exc.strerror}); the partial copy is kept") from exc
+    temporary = _temporary(dst)
+    try:
+        before = os.fstat(source)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        target = os.open(
+            temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+        )
         try:
-            if entry.size < SMALL_FILE:
+            if before.st_size < SMALL_FILE:
                 while chunk := os.read(source, SMALL_FILE):
                     view = memoryview(chunk)
                     while view:
                         view = view[os.write(target, view) :]
             else:
                 _stream(source, target)
+            after = os.fstat(source)
+            written = os.fstat(target).st_size
+            if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or (
+                written != after.st_size
+            ):
+                raise _Changed(src)
             os.fchmod(target, entry.mode)
-            os.utime(target, ns=(entry.mtime_ns, entry.mtime_ns))
+            os.utime(target, ns=(after.st_mtime_ns, after.st_mtime_ns))
         finally:
             os.close(target)
+        os.replace(temporary, dst)
+        entry.size, entry.mtime_ns = after.st_size, after.st_mtime_ns
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _filled_up(exc, dst) from exc
+        raise
     finally:
         os.close(source)
+
+
+def _copy_steady(src: str, dst: str, entry: Entry) -> None:
+    for _ in range(COPY_TRIES):
+        try:
+            _copy_file(src, dst, entry)
+            return
+        except _Changed:
+            continue
+    raise StageError(
+        f"{src} changed while it was copied ({COPY_TRIES} tries): stage it when nothing writes to it; "
+        "the partial copy is kept"
+    )
 
 
 def _stream(source: int, target: int) -> None:
@@ -233,7 +327,9 @@ def _stream(source: int, target: int) -> None:
         try:
             # sendfile: page cache to page cache, no copy through Python, any pair of filesystems
             sent = os.sendfile(target, source, None, 64 << 20)
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
             sent = -1
         if sent == 0:
             return
@@ -279,17 +375,26 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify_tree(entries: list[Entry], src: Path | None, staged: Path, checksum: bool) -> None:
+def verify_tree(
+    entries: list[Entry],
+    src: Path | None,
+    staged: Path,
+    checksum: bool,
+    digests: dict[str, str] | None = None,
+) -> None:
+    """Every file is there at its size; with `checksum`, its SHA-256 equals the source's (a directory)
+    or the digest taken while it was extracted (an archive: the shared source is not read again)."""
     bad = []
     for entry in entries:
         if entry.kind != "file":
             continue
         path = staged / entry.relative
-        if (
-            not path.is_file()
-            or path.stat().st_size != entry.size
-            or (checksum and src is not None and _sha256(src / entry.relative) != _sha256(path))
-        ):
+        if not path.is_file() or path.stat().st_size != entry.size:
+            bad.append(entry.relative)
+        elif checksum and digests is not None:
+            if digests.get(entry.relative) != _sha256(path):
+                bad.append(entry.relative)
+        elif checksum and src is not None and _sha256(src / entry.relative) != _sha256(path):
             bad.append(entry.relative)
     if bad:
         raise StageError(
@@ -323,7 +428,7 @@ def _stage_tree(
     def copy(batch: list[Entry]) -> int:
         size = 0
         for entry in batch:
-            _copy_file(os.path.join(src, entry.relative), os.path.join(partial, entry.relative), entry)
+            _copy_steady(os.path.join(src, entry.relative), os.path.join(partial, entry.relative), entry)
             size += entry.size
         advance(size)
         return size
@@ -332,32 +437,171 @@ def _stage_tree(
         _remove_strays(partial, {e.relative for e in entries})
     # Large files first: they dominate the tail of a parallel copy.
     todo.sort(key=lambda e: -e.size)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
         copied = sum(pool.map(copy, _batches(todo)))
+    except BaseException:
+        # An interrupt or an error: stop at once, not after every queued batch.
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     for entry in entries:
         if entry.kind == "dir":
             os.chmod(partial / entry.relative, entry.mode | stat.S_IRWXU)
     return copied, skipped
 
 
-def _stage_archive(src: Path, partial: Path, advance: Progress) -> tuple[int, int]:
-    copied = skipped = 0
-    with _open_archive(src) as tar:
-        for member in tar:
-            target = _resume_target(partial, member)
-            entry = Entry(_member_path(member), "file", member.size, int(member.mtime * 1e9))
-            if member.isfile() and target is not None and _complete(target, entry):
-                skipped += 1
-            else:
+@dataclass
+class ArchiveRead:
+    entries: list[Entry] = field(default_factory=list)
+    copied: int = 0
+    skipped: int = 0
+    digests: dict[str, str] = field(default_factory=dict)
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, digest: Any) -> None:
+    """A regular member's data into a temporary sibling, renamed over `target` once complete."""
+    reader = tar.extractfile(member)
+    if reader is None:
+        raise StageError(f"{member.name}: no data in the archive")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = _temporary(str(target))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            for block in iter(lambda: reader.read(8 << 20), b""):
+                if digest is not None:
+                    digest.update(block)
+                handle.write(block)
+            if handle.tell() != member.size:
+                raise StageError(f"{member.name}: the archive ends inside this member (truncated)")
+            os.fchmod(handle.fileno(), (member.mode & 0o7777) | 0o600)
+        os.utime(temporary, (member.mtime, member.mtime))
+        os.replace(temporary, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _filled_up(exc, str(target)) from exc
+        raise
+
+
+def _drain(reader: IO[bytes] | None, digest: Any) -> None:
+    """Read a member the resume skips (the stream must pass it anyway), digesting it when asked."""
+    while reader is not None and (block := reader.read(8 << 20)):
+        if digest is not None:
+            digest.update(block)
+
+
+def _stage_archive(src: Path, partial: Path, advance: Progress, checksum: bool) -> ArchiveRead:
+    """One read of the archive: extract each member (data filter), resume over complete files, then read
+    the stream to its end so the compressor's check runs."""
+    read = ArchiveRead()
+    stream = _decompressed(src)
+    try:
+        with stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+            for member in tar:
                 try:
-                    tar.extract(member, partial, filter="data")
+                    safe = tarfile.data_filter(member, str(partial))
                 except tarfile.FilterError as exc:
                     raise StageError(
                         f"{src.name}: unsafe member refused ({exc}); nothing of it was written"
                     ) from exc
-                copied += member.size if member.isfile() else 0
-            advance(member.size if member.isfile() else 0)
-    return copied, skipped
+                relative = _member_path(member)
+                kind = "file" if member.isfile() else "dir" if member.isdir() else "link"
+                entry = Entry(relative, kind, member.size, int(member.mtime * 1e9), member.mode)
+                read.entries.append(entry)
+                if not member.isfile():
+                    tar.extract(member, partial, filter="data")
+                    continue
+                target = _resume_target(partial, member)
+                digest = hashlib.sha256() if checksum else None
+                if target is not None and _complete(target, entry):
+                    read.skipped += 1
+                    _drain(tar.extractfile(member), digest)
+                else:
+                    _write_member(tar, safe, partial / _member_path(safe), digest)
+                    read.copied += member.size
+                if digest is not None:
+                    read.digests[relative] = digest.hexdigest()
+                advance(member.size)
+            # The end-of-archive blocks are not the end of the compressed stream: read on, so the
+            # decompressor reaches its trailer and checks it.
+            while stream.read(1 << 20):
+                pass
+    except StageError:
+        raise
+    except CORRUPT as exc:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _filled_up(exc, str(partial)) from exc
+        raise StageError(
+            f"{src.name}: not a complete, readable archive ({exc.__class__.__name__}: {exc}); the partial "
+            f"tree {partial} is kept and is not taken as staged: fix or fetch the archive again"
+        ) from exc
+    return read
+
+
+# --- the record of what was staged ------------------------------------------------------------
+
+
+def record_path(to: Path, name: str) -> Path:
+    return to / f".{name}.dltune-source.json"
+
+
+def describe_source(src: Path, kind: str, entries: list[Entry] | None) -> dict[str, Any]:
+    """What identifies a staged source without reading its data: path, kind, and sizes and mtimes
+    (of the tree, or of the archive or file itself)."""
+    st = src.stat()
+    if entries is not None and kind == "dir":
+        files = [e for e in entries if e.kind == "file"]
+        return {
+            "source": os.path.realpath(src),
+            "kind": kind,
+            "files": len(files),
+            "bytes": sum(e.size for e in files),
+            "newest_mtime_ns": max((e.mtime_ns for e in files), default=st.st_mtime_ns),
+        }
+    return {
+        "source": os.path.realpath(src),
+        "kind": kind,
+        "files": 1,
+        "bytes": st.st_size,
+        "newest_mtime_ns": st.st_mtime_ns,
+    }
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_record(path: Path, record: dict[str, Any]) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _same_source(record: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """Why a recorded stage is not of this source as it is now (None when it is)."""
+    if record.get("source") != now["source"]:
+        return f"holds {record.get('source')}, not {now['source']}"
+    changed = [key for key in ("kind", "files", "bytes", "newest_mtime_ns") if record.get(key) != now[key]]
+    if changed:
+        return f"holds {now['source']} as it was when staged; it has changed since ({', '.join(changed)})"
+    return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def stage(
@@ -370,47 +614,150 @@ def stage(
     progress: Callable[[int], Any] | None = None,
     space: Callable[[Path], Space] = space_at,
     on_total: Callable[[int], Any] | None = None,
+    replace: bool = False,
 ) -> Summary:
     if not src.exists():
         raise StageError(f"{src} does not exist")
     if not to.is_dir():
         raise StageError(f"{to} is not a directory (--to, or $SLURM_TMPDIR inside a job)")
+    if not os.access(to, os.W_OK | os.X_OK):
+        raise StageError(f"{to} is not writable by this user: give a --to you can write")
+    if src.is_file() and not is_archive(src) and (src.suffix.lower() == ".zip" or zipfile.is_zipfile(src)):
+        raise StageError(
+            f"{src}: zip archives are not staged (their index sits at the end, so they cannot be read "
+            "once while extracted): extract it into a directory and stage that, or repack it as tar"
+        )
+    if not (src.is_dir() or src.is_file()):
+        raise StageError(f"{src} is neither a directory nor a regular file")
+    kind = "archive" if is_archive(src) else "dir" if src.is_dir() else "file"
     name = staged_name(src)
     dest, partial = to / name, to / f".{name}.partial"
+    record_file = record_path(to, name)
     start = time.monotonic()
     with destination_lock(to, name):
-        archive = is_archive(src)
-        entries = scan_archive(src) if archive else scan_tree(src)
+        entries = scan_tree(src) if kind == "dir" else None
+        identity = describe_source(src, kind, entries)
+        record = _read_record(record_file)
+        if dest.exists() or partial.exists():
+            mismatch = _same_source(record, identity) if record is not None else None
+            if mismatch and not replace:
+                held = dest if dest.exists() else partial
+                raise StageError(
+                    f"{held} {mismatch}: give --replace to stage {src} in its place, or another --to"
+                )
+            if mismatch:
+                _remove(dest)
+                _remove(partial)
         if dest.exists():
             summary = Summary(dest, notes=["already staged"])
+            if record is None:
+                summary.notes.append("no record of its source (staged by an older dltune)")
             if verify:
-                verify_tree(entries, None if archive else src, dest, checksum)
+                if kind == "dir":
+                    verify_tree(entries or [], src, dest, checksum)
+                elif kind == "file":
+                    verify_tree([Entry(name, "file", src.stat().st_size)], None, to, False)
                 summary.verified = True
             summary.seconds = time.monotonic() - start
             return summary
-        fresh = not partial.exists()
-        partial.mkdir(exist_ok=True)
-        # A partial tree left by a killed run: its complete files are kept (a fresh one has none).
-        done = (
-            [] if fresh else [e for e in entries if e.kind == "file" and _complete(partial / e.relative, e)]
+        _write_record(record_file, {**identity, "complete": False})
+        job = _Job(
+            src, dest, partial, workers, verify, checksum, space, on_total, progress or (lambda _n: None)
         )
-        try:
-            preflight(entries, sum(e.size for e in done), len(done), space(to), to)
-        except StageError:
-            if fresh:
-                partial.rmdir()  # refused before copying: leave no trace
-            raise
-        if on_total:
-            on_total(sum(e.size for e in entries if e.kind == "file"))
-        advance = progress or (lambda _n: None)
-        if archive:
-            copied, skipped = _stage_archive(src, partial, advance)
+        if kind == "file":
+            summary = _stage_file(job)
+        elif kind == "archive":
+            summary = _stage_archive_into(job)
         else:
-            copied, skipped = _stage_tree(src, partial, entries, workers, advance, resume=not fresh)
-        summary = Summary(dest, files=sum(e.kind == "file" for e in entries), bytes=copied, skipped=skipped)
-        if verify:
-            verify_tree(entries, None if archive else src, partial, checksum)
-            summary.verified = True
-        os.rename(partial, dest)
+            summary = _stage_dir(job, entries or [])
+        _write_record(record_file, {**identity, "complete": True})
     summary.seconds = time.monotonic() - start
+    return summary
+
+
+@dataclass(frozen=True)
+class _Job:
+    src: Path
+    dest: Path
+    partial: Path
+    workers: int
+    verify: bool
+    checksum: bool
+    space: Callable[[Path], Space]
+    on_total: Callable[[int], Any] | None
+    advance: Progress
+
+
+def _checked_room(job: _Job, entries: list[Entry], done: list[Entry], fresh: bool) -> None:
+    """The preflight; a refusal before anything was copied leaves no trace."""
+    here = job.space(job.dest.parent)
+    block = max(here.block_size, 1)
+    try:
+        preflight(entries, sum(allocated(e.size, block) for e in done), len(done), here, job.dest.parent)
+    except StageError:
+        if fresh and job.partial.is_dir():
+            job.partial.rmdir()
+        raise
+
+
+def _stage_dir(job: _Job, entries: list[Entry]) -> Summary:
+    fresh = not job.partial.exists()
+    job.partial.mkdir(exist_ok=True)
+    # A partial tree left by a killed run: its complete files are kept (a fresh one has none).
+    done = (
+        [] if fresh else [e for e in entries if e.kind == "file" and _complete(job.partial / e.relative, e)]
+    )
+    _checked_room(job, entries, done, fresh)
+    if job.on_total:
+        job.on_total(sum(e.size for e in entries if e.kind == "file"))
+    copied, skipped = _stage_tree(job.src, job.partial, entries, job.workers, job.advance, resume=not fresh)
+    summary = Summary(job.dest, files=sum(e.kind == "file" for e in entries), bytes=copied, skipped=skipped)
+    if job.verify:
+        verify_tree(entries, job.src, job.partial, job.checksum)
+        summary.verified = True
+    os.rename(job.partial, job.dest)
+    return summary
+
+
+def _stage_archive_into(job: _Job) -> Summary:
+    fresh = not job.partial.exists()
+    job.partial.mkdir(exist_ok=True)
+    # Read once: the archive's own size is the least the extracted tree needs; ENOSPC during the
+    # extraction is a clean error that keeps the partial tree.
+    _checked_room(job, [Entry(job.src.name, "file", job.src.stat().st_size)], [], fresh)
+    if job.on_total:
+        job.on_total(0)
+    checksum = job.checksum and job.verify
+    read = _stage_archive(job.src, job.partial, job.advance, checksum)
+    files = sum(e.kind == "file" for e in read.entries)
+    summary = Summary(job.dest, files=files, bytes=read.copied, skipped=read.skipped)
+    # Structure: every regular member is there at its size (and, asked, at its digest).
+    verify_tree(read.entries, None, job.partial, checksum, read.digests if checksum else None)
+    summary.verified = job.verify
+    os.rename(job.partial, job.dest)
+    return summary
+
+
+def _stage_file(job: _Job) -> Summary:
+    """One file (an HDF5 file, an LMDB data file, a WebDataset shard): copied as `.<name>.partial`,
+    checked, renamed to `<name>`."""
+    st = job.src.stat()
+    entry = Entry(job.dest.name, "file", st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+    if job.partial.is_dir():
+        shutil.rmtree(job.partial)
+    _checked_room(job, [entry], [], fresh=False)
+    if job.on_total:
+        job.on_total(entry.size)
+    _copy_steady(str(job.src), str(job.partial), entry)
+    job.advance(entry.size)
+    summary = Summary(job.dest, files=1, bytes=entry.size)
+    if job.verify:
+        if job.partial.stat().st_size != entry.size or (
+            job.checksum and _sha256(job.src) != _sha256(job.partial)
+        ):
+            raise StageError(
+                f"verification failed for {job.dest.name}; the partial copy {job.partial} is kept"
+            )
+        summary.verified = True
+    os.rename(job.partial, job.dest)
     return summary

@@ -91,6 +91,9 @@ def _dataset_dir(data: Path | None, scratch: Path, images: int = 48) -> tuple[Pa
         return data, str(data)
     from dltune import stage
 
+    if not stage.is_archive(data):
+        raise BenchError(f"--data {data}: give an ImageFolder directory or a tar archive of one")
+
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         staged = stage.stage(data, scratch)

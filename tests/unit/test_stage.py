@@ -4,7 +4,9 @@ The only seam is the free-space probe, replaced where a test needs a full disk."
 from __future__ import annotations
 
 import io
+import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -212,3 +214,212 @@ def test_absolute_member_paths_land_inside_the_staged_tree(tmp_path: Path) -> No
     assert (summary.path / str(outside).lstrip("/")).read_bytes() == b"new"
     assert outside.read_bytes() == b"old"
     assert summary.skipped == 0
+
+
+# --- bad input: a clear error, the contract's exit code, nothing taken as complete ---------------
+
+
+def corrupt_middle(archive: Path) -> None:
+    data = bytearray(archive.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(b ^ 0xFF for b in data[middle : middle + 64])
+    archive.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["corrupt-middle", "truncated", "garbage"])
+def test_a_damaged_archive_is_never_staged_or_verified(tmp_path: Path, damage: str) -> None:
+    """A tar.gz with a corrupted middle was staged and reported "verified" (rc 0) although gzip -t
+    saw a CRC error; truncated and garbage archives ended in tracebacks."""
+    archive = make_tar(
+        tmp_path / "shards.tar.gz", {f"shards/s{i}.bin": os.urandom(20_000) for i in range(40)}
+    )
+    if damage == "corrupt-middle":
+        corrupt_middle(archive)
+    elif damage == "truncated":
+        archive.write_bytes(archive.read_bytes()[: archive.stat().st_size * 2 // 3])
+    else:
+        archive.write_bytes(os.urandom(50_000))
+    local = tmp_path / "local"
+    local.mkdir()
+    with pytest.raises(StageError, match=r"not a complete, readable archive|truncated|unsafe"):
+        stage.stage(archive, local, verify=True, checksum=True)
+    assert not (local / "shards").exists()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dltune.cli",
+            "stage",
+            str(archive),
+            "--to",
+            str(local),
+            "--verify",
+            "--checksum",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout == ""
+
+
+def test_checksum_of_an_archive_digests_members_once_and_rereads_only_the_staged_copy(tmp_path: Path) -> None:
+    archive = make_tar(tmp_path / "shards.tar.gz", {f"shards/s{i}.bin": os.urandom(3000) for i in range(10)})
+    local = tmp_path / "local"
+    local.mkdir()
+    summary = stage.stage(archive, local, verify=True, checksum=True)
+    assert summary.verified and len(list((summary.path / "shards").iterdir())) == 10
+
+
+def test_a_file_that_changes_while_copied_is_never_stamped_complete(tmp_path: Path) -> None:
+    """A file written to during its copy was staged at an intermediate size with its old mtime, rc 0."""
+    src = tmp_path / "shared" / "growing"
+    src.mkdir(parents=True)
+    log = src / "train.log"
+    log.write_bytes(os.urandom(64 << 20))
+    stop = threading.Event()
+
+    def append() -> None:
+        with log.open("ab") as handle:
+            while not stop.is_set():
+                handle.write(b"x")
+                handle.flush()
+                time.sleep(0.0005)
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    try:
+        local = tmp_path / "local"
+        local.mkdir()
+        with pytest.raises(StageError, match="changed while it was copied"):
+            stage.stage(src, local)
+    finally:
+        stop.set()
+        writer.join()
+    assert not (local / "growing").exists()
+    partial = local / ".growing.partial"
+    assert not (partial / "train.log").exists() and not list(partial.rglob("*.dltune-tmp"))
+
+
+def test_a_same_name_stage_from_another_source_is_refused_unless_replaced(tmp_path: Path) -> None:
+    """Staging other/ds into a DIR holding ds from elsewhere returned rc 0 and the other dataset's path."""
+    first = make_dataset(tmp_path / "a", files=5)
+    second = make_dataset(tmp_path / "b", files=9)
+    local = tmp_path / "local"
+    local.mkdir()
+    stage.stage(first, local)
+    with pytest.raises(StageError, match=r"holds .*/a/imagenet-mini, not .*/b/imagenet-mini.*--replace"):
+        stage.stage(second, local)
+    assert tree_state(local / "imagenet-mini") == tree_state(first)
+    replaced = stage.stage(second, local, replace=True)
+    assert tree_state(replaced.path) == tree_state(second)
+    record = json.loads((local / ".imagenet-mini.dltune-source.json").read_text())
+    assert record["source"] == str(second.resolve()) and record["complete"] is True
+    assert not (replaced.path / ".imagenet-mini.dltune-source.json").exists()  # never inside the data
+    # The same source, changed since it was staged: refused too, until --replace.
+    (second / "class0" / "new.bin").write_bytes(b"new sample")
+    with pytest.raises(StageError, match="changed since"):
+        stage.stage(second, local)
+    assert (stage.stage(second, local, replace=True).path / "class0" / "new.bin").exists()
+
+
+def test_preflight_counts_allocated_blocks_not_apparent_sizes(tmp_path: Path) -> None:
+    """8,000 files of 200 bytes are 1.6 MB apparent but 32.8 MB in 4 KiB blocks: a 20 MB tmpfs passed
+    the old preflight and then filled up."""
+    src = tmp_path / "shared" / "tiny"
+    src.mkdir(parents=True)
+    for i in range(8000):
+        (src / f"{i:05d}.txt").write_bytes(b"x" * 200)
+    local = tmp_path / "local"
+    local.mkdir()
+    with pytest.raises(StageError, match=r"not enough room, nothing copied.*4096-byte blocks"):
+        stage.stage(src, local, space=lambda _p: Space(20_000_000, 10**6, "tmpfs", 10**10, block_size=4096))
+    assert not (local / ".tiny.partial").exists() and not (local / "tiny").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
+def test_a_destination_that_fills_up_is_a_clean_error_and_resumes(tmp_path: Path) -> None:
+    src = make_dataset(tmp_path / "shared", files=10)
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+    try:
+        with pytest.raises(StageError, match=r"filled up while copying.*rerun the same command to resume"):
+            # The preflight is told there is room: the real tmpfs then runs out mid-copy.
+            stage.stage(src, small, space=lambda _p: Space(10**10, 10**6, "ext4"))
+        assert not (small / "imagenet-mini").exists()
+        assert not list(small.rglob("*.dltune-tmp"))
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
+def test_a_single_file_is_staged_with_the_same_guarantees_and_a_zip_is_refused(tmp_path: Path) -> None:
+    shard = tmp_path / "shared" / "train.h5"
+    shard.parent.mkdir()
+    shard.write_bytes(os.urandom(2 << 20))
+    local = tmp_path / "local"
+    local.mkdir()
+    summary = stage.stage(shard, local, verify=True, checksum=True)
+    assert summary.path == local / "train.h5" and summary.verified
+    assert (local / "train.h5").read_bytes() == shard.read_bytes()
+    assert (local / "train.h5").stat().st_mtime_ns == shard.stat().st_mtime_ns
+    assert stage.stage(shard, local).notes == ["already staged"]
+    import zipfile
+
+    zipped = tmp_path / "shared" / "images.zip"
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("a/b.jpg", b"jpeg")
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "stage", str(zipped), "--to", str(local)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (
+        done.returncode == 1
+        and "zip archives are not staged" in done.stderr
+        and "Traceback" not in done.stderr
+    )
+
+
+def test_a_resume_replaces_files_instead_of_rewriting_them(tmp_path: Path) -> None:
+    """A staged copy that is read-only (0444, as many datasets are) could not be reopened for writing by
+    a non-root resume: files are written under a temporary name and renamed over the old one."""
+    src = make_dataset(tmp_path / "shared", files=4)
+    os.chmod(src / "labels.txt", 0o444)
+    local = tmp_path / "local"
+    partial = local / ".imagenet-mini.partial"
+    partial.mkdir(parents=True)
+    stale = partial / "labels.txt"
+    stale.write_text("half")
+    os.chmod(stale, 0o444)
+    inode_before = stale.stat().st_ino
+    summary = stage.stage(src, local)
+    staged = summary.path / "labels.txt"
+    assert staged.read_text() == "cat\ndog\n" and staged.stat().st_mode & 0o777 == 0o444
+    assert staged.stat().st_ino != inode_before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_stage_says_so_exits_130_and_resumes(tmp_path: Path, signum: int) -> None:
+    """Ctrl-C printed an empty line; SIGTERM (scancel, a job's time limit) was not handled at all."""
+    src = tmp_path / "shared" / "many"
+    src.mkdir(parents=True)
+    for i in range(30_000):
+        (src / f"{i:05d}.bin").write_bytes(b"%05d" % i)
+    local = tmp_path / "local"
+    local.mkdir()
+    argv = [sys.executable, "-m", "dltune.cli", "stage", str(src), "--to", str(local), "--workers", "1"]
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list((local / ".many.partial").glob("*.bin")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, (child.returncode, err)
+    assert "interrupted" in err and "run the same command again to resume" in err and "Traceback" not in err
+    assert out == "" and not (local / "many").exists()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert tree_state(local / "many") == tree_state(src)
