@@ -2,10 +2,10 @@
 driver messages), applied where a Result becomes output (``Result.to_dict``), which every renderer
 uses: JSON, the human table, Prometheus, Ansible facts, and through them the HTML report.
 
-- A byte that was not UTF-8 (read with ``surrogateescape``) is shown as ``\\xNN``; a control
-  character as ``\\xNN`` too; a backslash as ``\\\\``. So every output is valid UTF-8, nothing is
-  dropped, the original bytes can be recovered (``unescape``), and two different paths never print
-  as the same text.
+- A byte that was not UTF-8 (read with ``surrogateescape``) is shown as ``\\xNN``; an ASCII control
+  character as ``\\xNN`` too, a C1 control as ``\\u00NN``; a backslash as ``\\\\``. So every
+  output is valid UTF-8, nothing is dropped, the original bytes can be recovered (``unescape``), and
+  two different paths never print as the same text.
 - No text is ever read as markup: renderers pass it as plain text (rich ``Text``, ``html.escape``).
 """
 
@@ -32,8 +32,10 @@ def visible(text: str) -> str:
             out.append(f"\\x{code - 0xDC00:02x}")
         elif 0xD800 <= code <= 0xDFFF:
             out.append(f"\\u{code:04x}")
-        elif code < 0x20 or 0x7F <= code < 0xA0:
+        elif code < 0x20 or code == 0x7F:
             out.append(f"\\x{code:02x}")
+        elif 0x80 <= code < 0xA0:  # C1 controls: \u, so \x80 stays the undecodable byte 0x80
+            out.append(f"\\u{code:04x}")
         else:
             out.append(ch)
     return "".join(out)
