@@ -267,7 +267,7 @@ def stage(
         raise typer.BadParameter(
             "give --to DIR (or run inside a Slurm job with $SLURM_TMPDIR)", param_hint="--to"
         )
-    err = console(stderr=True)
+    err = console(stderr=True, soft_wrap=True)  # messages whole in job logs, not folded at 80
     with Progress(
         TextColumn("staging {task.description}", markup=False),
         BarColumn(),

@@ -6,15 +6,21 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dltune import stage
 from dltune.stage import Space, StageError
@@ -423,3 +429,139 @@ def test_an_interrupted_stage_says_so_exits_130_and_resumes(tmp_path: Path, sign
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert tree_state(local / "many") == tree_state(src)
+
+
+NOBODY = 65534
+
+
+def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
+    """dltune stage as an ordinary user (tests run as root, for whom permission bits do not apply)."""
+    return subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "dltune.cli",
+            "stage",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A directory an ordinary user can enter (pytest's own tmp_path is root's 0700)."""
+    base = Path(tempfile.mkdtemp(prefix="dltune-stage-"))
+    base.chmod(0o777)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def chown_tree(path: Path) -> None:
+    for item in [path, *path.rglob("*")]:
+        os.lchown(item, NOBODY, NOBODY)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become nobody")
+def test_as_an_ordinary_user_unreadable_sources_and_unwritable_destinations_are_named(open_tmp: Path) -> None:
+    src = make_dataset(open_tmp / "shared", files=6)
+    chown_tree(open_tmp / "shared")
+    local = open_tmp / "local"
+    local.mkdir()
+    chown_tree(local)
+    (src / "class1").chmod(0o000)
+    done = as_nobody(str(src), "--to", str(local))
+    assert done.returncode == 1 and "class1: cannot read the directory" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (local / "imagenet-mini").exists()
+    (src / "class1").chmod(0o755)
+    (src / "big.bin").chmod(0o000)
+    done = as_nobody(str(src), "--to", str(local))
+    assert done.returncode == 1 and "big.bin: cannot read it" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (local / "imagenet-mini").exists()
+    (src / "big.bin").chmod(0o644)
+    root_owned = open_tmp / "root-owned"
+    root_owned.mkdir(mode=0o755)
+    done = as_nobody(str(src), "--to", str(root_owned))
+    assert done.returncode == 1 and "is not writable by this user" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become nobody")
+def test_as_an_ordinary_user_a_read_only_partial_file_does_not_block_the_resume(open_tmp: Path) -> None:
+    """A non-root resume that had to redo a 0444 file failed forever (opened for writing in place)."""
+    src = make_dataset(open_tmp / "shared", files=4)
+    os.chmod(src / "labels.txt", 0o444)
+    local = open_tmp / "local"
+    partial = local / ".imagenet-mini.partial"
+    partial.mkdir(parents=True)
+    (partial / "labels.txt").write_text("half")
+    os.chmod(partial / "labels.txt", 0o444)
+    chown_tree(open_tmp)
+    done = as_nobody(str(src), "--to", str(local))
+    assert done.returncode == 0, done.stderr
+    assert tree_state(local / "imagenet-mini") == tree_state(src)
+
+
+# Names as users make them: spaces, newlines, backslashes, markup, leading dashes and dots, Unicode,
+# and bytes that are not UTF-8 (as os.fsdecode gives them).
+ODD_NAMES = (
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"),
+        min_size=1,
+        max_size=10,
+    )
+    | st.binary(min_size=1, max_size=8).map(os.fsdecode)
+).filter(lambda n: "/" not in n and "\x00" not in n and n not in (".", "..") and len(os.fsencode(n)) < 200)
+TREES = st.lists(
+    st.tuples(
+        st.lists(ODD_NAMES, min_size=1, max_size=3),
+        st.sampled_from(["file", "file", "link"]),
+        st.sampled_from([0o000, 0o400, 0o444, 0o600, 0o644, 0o755]),
+        st.binary(max_size=300),
+        st.sampled_from(["sibling", "../up", "/etc/hostname", "dangling"]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def build_tree(root: Path, spec: list[tuple[list[str], str, int, bytes, str]]) -> None:
+    root.mkdir(parents=True)
+    for parts, kind, mode, data, target in spec:
+        path = root.joinpath(*parts)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists() or path.is_symlink():
+                continue
+            if kind == "file":
+                path.write_bytes(data)
+                path.chmod(mode)
+            else:
+                os.symlink(parts[-1] + "x" if target == "sibling" else target, path)
+        except (FileExistsError, NotADirectoryError):
+            continue  # a name already used as a file, or a link, by an earlier entry
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(spec=TREES)
+def test_any_tree_of_odd_names_modes_and_links_stages_identical(tmp_path: Path, spec: list[Any]) -> None:
+    work = Path(tempfile.mkdtemp(dir=tmp_path))
+    src = work / "src" / "ds"
+    build_tree(src, spec)
+    local = work / "local"
+    local.mkdir()
+    summary = stage.stage(src, local, workers=3, verify=True, checksum=True)
+    assert summary.verified and tree_state(summary.path) == tree_state(src)
+    assert not list(local.rglob("*.dltune-tmp"))
