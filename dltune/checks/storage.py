@@ -373,7 +373,29 @@ def data_space(snap: Snapshot) -> list[Result]:
 
 
 @check("storage.fstab_parse", needs=("fstab",))
-def fstab_parse(snap: Snapshot) -> Result:
+def fstab_parse(snap: Snapshot) -> list[Result]:
+    results = [_fstab_lines(snap)]
+    if snap.mountinfo_unparsed:
+        # The kernel never writes such a line: dltune's reading of it is wrong, and says so.
+        results.append(
+            Result(
+                "storage.fstab_parse",
+                Status.ERROR,
+                f"{len(snap.mountinfo_unparsed)} /proc/self/mountinfo line(s) dltune could not read",
+                subject="/proc/self/mountinfo",
+                evidence={
+                    "lines": [
+                        {"line_no": u.line_no, "text": u.text, "reason": u.reason}
+                        for u in snap.mountinfo_unparsed[:20]
+                    ]
+                },
+                remedy="report this as a dltune bug, with the lines in the evidence",
+            )
+        )
+    return results
+
+
+def _fstab_lines(snap: Snapshot) -> Result:
     counts = {"entries": len(snap.fstab.entries), "unparsed": len(snap.fstab.unparsed)}
     if not snap.fstab.unparsed:
         return Result(

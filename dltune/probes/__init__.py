@@ -13,7 +13,7 @@ from typing import Any
 from dltune.probes.hostfs import HostFS
 from dltune.probes.jobenv import PathInfo, job_paths, read_files, relevant_environ
 from dltune.probes.manifest import MANIFEST_DIR, read_manifest
-from dltune.probes.mounts import Fstab, Mount, parse_fstab, parse_mountinfo
+from dltune.probes.mounts import Fstab, Mount, UnparsedLine, parse_fstab, parse_mountinfo
 from dltune.probes.mountstats import NfsMountStats, parse_mountstats
 from dltune.probes.network import (
     NFS_FSTYPES,
@@ -42,6 +42,7 @@ class Snapshot:
 
     root: str
     mounts: tuple[Mount, ...] = ()
+    mountinfo_unparsed: tuple[UnparsedLine, ...] = ()
     fstab: Fstab = field(default_factory=Fstab)
     mem_total_kb: int | None = None
     reboot: RebootState = RebootState(required=False)
@@ -114,7 +115,8 @@ def collect_snapshot(
         "" if not fs.exists("/etc/fstab") and not fs.path("/etc/fstab").is_symlink() else read("/etc/fstab")
     )
     expected, manifest_problems = read_manifest(fs)
-    mounts = parse_mountinfo(mountinfo) if mountinfo is not None else ()
+    mountinfo_unparsed: list[UnparsedLine] = []
+    mounts = parse_mountinfo(mountinfo, mountinfo_unparsed) if mountinfo is not None else ()
     disks = expected.get("data_disks", {}).get("disks", [])
     uuids = [str(d["uuid"]) for d in disks if isinstance(d, dict) and d.get("uuid")]
     env_wanted = needed("env", "staging")
@@ -124,6 +126,7 @@ def collect_snapshot(
     return Snapshot(
         root=str(fs.root),
         mounts=mounts,
+        mountinfo_unparsed=tuple(mountinfo_unparsed),
         fstab=parse_fstab(fstab) if fstab is not None else Fstab(),
         mem_total_kb=_mem_total_kb(read("/proc/meminfo")),
         reboot=_reboot_state(fs),

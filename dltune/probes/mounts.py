@@ -66,19 +66,34 @@ class FstabEntry:
     passno: int
 
 
+@dataclass(frozen=True)
+class UnparsedLine:
+    """A line mount(8) could not use: reported by the audit, never dropped silently."""
+
+    line_no: int
+    text: str
+    reason: str
+
+
 def _unescaped(field: str) -> str:
     return unescape(field) if "\\" in field else field
 
 
-def parse_mountinfo(text: str) -> tuple[Mount, ...]:
+def parse_mountinfo(text: str, unparsed: list[UnparsedLine] | None = None) -> tuple[Mount, ...]:
+    """The mounts of a mountinfo text; lines that are not one (none from a kernel) are appended to
+    `unparsed` when given, so the audit can report them instead of dropping them silently."""
     mounts = []
-    for line in text.split("\n"):
+    for line_no, line in enumerate(text.split("\n"), start=1):
         fields = line.split(" ")
         try:
             sep = fields.index("-", 6)
         except ValueError:
+            if unparsed is not None and line.strip():
+                unparsed.append(UnparsedLine(line_no, line, "no ' - ' separator after the 6 mount fields"))
             continue
         if len(fields) < sep + 4:
+            if unparsed is not None:
+                unparsed.append(UnparsedLine(line_no, line, "fewer than 3 fields after ' - '"))
             continue
         # The kernel writes option lists without empty items: a plain split is exact here.
         mount_options, super_options = fields[5], fields[sep + 3]
@@ -93,15 +108,6 @@ def parse_mountinfo(text: str) -> tuple[Mount, ...]:
             )
         )
     return tuple(mounts)
-
-
-@dataclass(frozen=True)
-class UnparsedLine:
-    """A line mount(8) could not use: reported by the audit, never dropped silently."""
-
-    line_no: int
-    text: str
-    reason: str
 
 
 @dataclass(frozen=True)

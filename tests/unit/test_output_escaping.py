@@ -155,3 +155,16 @@ def test_visible_is_reversible_and_keeps_different_paths_apart() -> None:
     for raw, text in zip(samples, texts, strict=True):
         text.encode("utf-8")  # never a lone surrogate
         assert unescape(text) == raw
+
+
+def test_a_mountinfo_line_dltune_cannot_read_is_reported_not_dropped(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "data_relatime_unmanaged", root)
+    mountinfo = root / "proc/self/mountinfo"
+    mountinfo.write_bytes(mountinfo.read_bytes() + b"99 22 0:99 / /odd rw,relatime no separator here\n")
+    rc, raw = audit(root, "--format", "json")
+    results = [r for r in json.loads(raw)["results"] if r["id"] == "storage.fstab_parse"]
+    odd = [r for r in results if r["subject"] == "/proc/self/mountinfo"]
+    assert len(odd) == 1 and odd[0]["status"] == "error", results
+    assert odd[0]["evidence"]["lines"][0]["text"].endswith("no separator here")
+    assert rc == 2  # an error inside dltune, no fail
