@@ -664,12 +664,17 @@ def stage(
         job = _Job(
             src, dest, partial, workers, verify, checksum, space, on_total, progress or (lambda _n: None)
         )
-        if kind == "file":
-            summary = _stage_file(job)
-        elif kind == "archive":
-            summary = _stage_archive_into(job)
-        else:
-            summary = _stage_dir(job, entries or [])
+        try:
+            if kind == "file":
+                summary = _stage_file(job)
+            elif kind == "archive":
+                summary = _stage_archive_into(job)
+            else:
+                summary = _stage_dir(job, entries or [])
+        except StageError:
+            if not partial.exists() and not dest.exists():
+                record_file.unlink(missing_ok=True)  # refused before copying: leave no trace
+            raise
         _write_record(record_file, {**identity, "complete": True})
     summary.seconds = time.monotonic() - start
     return summary

@@ -102,6 +102,8 @@ def test_not_enough_space_refuses_before_copying_anything(tmp_path: Path) -> Non
         stage.stage(src, tmp_path / "local", space=lambda _p: Space(10**12, 10**9, "tmpfs", 1_000_000))
     assert not (tmp_path / "local/imagenet-mini").exists()
     assert not (tmp_path / "local/.imagenet-mini.partial").exists()
+    # Refused before copying: nothing but the lock file is left (no source record either).
+    assert [p.name for p in (tmp_path / "local").iterdir()] == [".imagenet-mini.lock"]
 
 
 def test_second_stager_waits_for_the_first(tmp_path: Path) -> None:
