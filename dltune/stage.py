@@ -477,7 +477,8 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, d
                 handle.write(block)
             if handle.tell() != member.size:
                 raise StageError(f"{member.name}: the archive ends inside this member (truncated)")
-            os.fchmod(handle.fileno(), (member.mode & 0o7777) | 0o600)
+            # The data filter's mode: no setuid/setgid/sticky, no group/other write, owner read/write.
+            os.fchmod(handle.fileno(), member.mode & 0o7777)
         os.utime(temporary, (member.mtime, member.mtime))
         os.replace(temporary, target)
     except BaseException as exc:
@@ -509,9 +510,9 @@ def _stage_archive(src: Path, partial: Path, advance: Progress, checksum: bool) 
                     raise StageError(
                         f"{src.name}: unsafe member refused ({exc}); nothing of it was written"
                     ) from exc
-                relative = _member_path(member)
-                kind = "file" if member.isfile() else "dir" if member.isdir() else "link"
-                entry = Entry(relative, kind, member.size, int(member.mtime * 1e9), member.mode)
+                relative = _member_path(safe)
+                kind = "file" if safe.isfile() else "dir" if safe.isdir() else "link"
+                entry = Entry(relative, kind, safe.size, int(safe.mtime * 1e9), safe.mode)
                 read.entries.append(entry)
                 if not member.isfile():
                     tar.extract(member, partial, filter="data")

@@ -567,3 +567,18 @@ def test_any_tree_of_odd_names_modes_and_links_stages_identical(tmp_path: Path, 
     summary = stage.stage(src, local, workers=3, verify=True, checksum=True)
     assert summary.verified and tree_state(summary.path) == tree_state(src)
     assert not list(local.rglob("*.dltune-tmp"))
+
+
+def test_archive_members_keep_the_data_filters_mode_and_their_mtime(tmp_path: Path) -> None:
+    archive = tmp_path / "modes.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, mode in (("ds/setuid", 0o4755), ("ds/readonly", 0o444), ("ds/shared", 0o666)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = 3, 1_600_000_000, mode
+            tar.addfile(info, io.BytesIO(b"abc"))
+    local = tmp_path / "local"
+    local.mkdir()
+    staged = stage.stage(archive, local, verify=True).path / "ds"
+    modes = {p.name: p.stat().st_mode & 0o7777 for p in staged.iterdir()}
+    assert modes == {"setuid": 0o755, "readonly": 0o644, "shared": 0o644}
+    assert all(p.stat().st_mtime_ns == 1_600_000_000 * 10**9 for p in staged.iterdir())
