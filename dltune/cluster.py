@@ -24,6 +24,7 @@ from rich.text import Text
 from dltune import SCHEMA_VERSION, __version__
 from dltune.model import AREAS, Status
 from dltune.schema import of, optional, validate
+from dltune.text import visible, visible_data
 
 ORDER = ("error", "fail", "warn", "pass", "skip")  # worst first
 COLOURS = {
@@ -102,7 +103,7 @@ def node_name(file: Path) -> str:
 def _invalid(file: Path, problems: list[str]) -> str:
     shown = "; ".join(problems[:SHOWN_PROBLEMS])
     more = f" (and {len(problems) - SHOWN_PROBLEMS} more)" if len(problems) > SHOWN_PROBLEMS else ""
-    return f"invalid: {file.name}: {shown}{more}"
+    return f"invalid: {visible(file.name)}: {visible(shown)}{more}"
 
 
 def _stale(file: Path, data: dict[str, Any], now: datetime) -> str | None:
@@ -123,7 +124,7 @@ def _read(file: Path, now: datetime) -> tuple[list[dict[str, Any]] | None, str |
     try:
         data = json.loads(file.read_text(encoding="utf-8", errors="surrogateescape"))
     except (OSError, ValueError) as exc:
-        return None, f"crashed: unreadable report {file.name} ({exc})", None
+        return None, f"crashed: unreadable report {visible(file.name)} ({exc})", None
     if not isinstance(data, dict):
         return None, _invalid(file, [f"$: an object expected, found {type(data).__name__}"]), None
     if "results" not in data and "problem" in data:
@@ -140,7 +141,9 @@ def _read(file: Path, now: datetime) -> tuple[list[dict[str, Any]] | None, str |
     problems = validate(data, ENVELOPE_SCHEMA)
     if problems:
         return None, _invalid(file, problems), None
-    return list(data["results"]), None, _stale(file, data, now)
+    # A node on an older dltune may send text its own renderers did not escape: escape it here, so the
+    # merged JSON and the HTML page are valid UTF-8 whatever the nodes wrote.
+    return visible_data(data["results"]), None, _stale(file, data, now)
 
 
 def load(paths: Sequence[Path], now: datetime | None = None) -> list[NodeReport]:
@@ -154,7 +157,7 @@ def load(paths: Sequence[Path], now: datetime | None = None) -> list[NodeReport]
         files += sorted(path.glob("*.json")) if path.is_dir() else [path]
     nodes: dict[str, NodeReport] = {}
     for file in files:
-        host = node_name(file)
+        host = visible(node_name(file))
         if _is_merged_report(file):
             continue  # an earlier merged report (cluster.json) in the same directory, not a node
         node = nodes.setdefault(host, NodeReport(host))

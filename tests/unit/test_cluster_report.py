@@ -266,3 +266,18 @@ def test_no_node_file_crashes_the_report(
         assert node.problem or all(
             r["status"] in ("pass", "warn", "fail", "error", "skip") for r in node.results
         )
+
+
+def test_text_a_node_did_not_escape_is_escaped_in_the_merged_outputs(tmp_path: Path) -> None:
+    """A node on an older dltune writes a mount point with a byte that is not UTF-8 into its JSON: the
+    merged JSON and the HTML page stay valid UTF-8."""
+    document = json.dumps(envelope("old", [result("storage.data_space", "pass", "/data/PLACEHOLDER")]))
+    (tmp_path / "old.json").write_bytes(document.encode().replace(b"PLACEHOLDER", b"caf\xff"))
+    html_file, json_file = tmp_path / "r.html", tmp_path / "r.json"
+    outcome = CliRunner().invoke(
+        app, ["report", str(tmp_path / "old.json"), "--html", str(html_file), "--json", str(json_file)]
+    )
+    assert outcome.exit_code in (0, 1), outcome.output
+    merged = json.loads(json_file.read_bytes().decode("utf-8"))
+    assert merged["nodes"][0]["results"][0]["subject"] == "/data/caf\\xff"
+    html_file.read_bytes().decode("utf-8")
