@@ -457,6 +457,34 @@ def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def nobody_can_run_dltune() -> bool:
+    """Whether an ordinary user can start this interpreter and import dltune (a checkout under a 0700
+    directory, as a CI's fresh clone in mkdtemp may be, cannot)."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return False
+    probe = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            "import dltune.cli",
+        ],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    return probe.returncode == 0
+
+
+AS_NOBODY = pytest.mark.skipif(
+    not nobody_can_run_dltune(),
+    reason="needs root, setpriv, and this checkout's interpreter readable by an ordinary user",
+)
+
+
 @pytest.fixture
 def open_tmp() -> Iterator[Path]:
     """A directory an ordinary user can enter (pytest's own tmp_path is root's 0700)."""
@@ -473,7 +501,7 @@ def chown_tree(path: Path) -> None:
         os.lchown(item, NOBODY, NOBODY)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become nobody")
+@AS_NOBODY
 def test_as_an_ordinary_user_unreadable_sources_and_unwritable_destinations_are_named(open_tmp: Path) -> None:
     src = make_dataset(open_tmp / "shared", files=6)
     chown_tree(open_tmp / "shared")
@@ -496,7 +524,7 @@ def test_as_an_ordinary_user_unreadable_sources_and_unwritable_destinations_are_
     assert done.returncode == 1 and "is not writable by this user" in done.stderr, done.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become nobody")
+@AS_NOBODY
 def test_as_an_ordinary_user_a_read_only_partial_file_does_not_block_the_resume(open_tmp: Path) -> None:
     """A non-root resume that had to redo a 0444 file failed forever (opened for writing in place)."""
     src = make_dataset(open_tmp / "shared", files=4)
