@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,6 +353,10 @@ def _end_torchrun(launcher: subprocess.Popen[str], marker: str, grace: float = 2
     for pid in _processes_naming(marker):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    # SIGKILL is asynchronous: return once they are gone (or after a bound), GPUs released.
+    until = time.monotonic() + 10
+    while _processes_naming(marker) and time.monotonic() < until:
+        time.sleep(0.05)
 
 
 def _torchrun(
