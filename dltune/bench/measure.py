@@ -354,126 +354,98 @@ def train(
     step waits for the GPU. The per-step split comes from marks (CUDA events on GPU): data = from the
     end of the previous step to the batch on the device (the GPU's wait for input included), forward
     + loss, backward + optimizer step. cudnn.benchmark is on, as in a tuned training script."""
-    with on_device(torch, device):
-        cudnn_benchmark = torch.backends.cudnn.benchmark
-        torch.backends.cudnn.benchmark = True
-        try:
-            return _train(
-                torch,
-                device,
-                model_name,
-                batch=batch,
-                steps=steps,
-                warmup=warmup,
-                image_size=image_size,
-                loader=loader,
-                amp=amp,
-                channels_last=channels_last,
-                compile_model=compile_model,
-                model=model,
-                num_classes=num_classes,
-                wrap=wrap,
-                measure_power=measure_power,
+    with on_device(torch, device), _cudnn_benchmark(torch):
+        memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        model = model if model is not None else make_model(model_name, num_classes)
+        model = model.to(device=device, memory_format=memory_format).train()
+        step_model = wrap(model) if wrap is not None else model  # e.g. DistributedDataParallel
+        step_model = torch.compile(step_model) if compile_model else step_model
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        cast_dtype = autocast_dtype(torch, device)
+        scaler = torch.amp.GradScaler(enabled=amp and cast_dtype == torch.float16)
+        device_type = "cuda" if device.startswith("cuda") else "cpu"
+        if loader is None:
+            images = torch.randn(batch, 3, image_size, image_size, device=device).to(
+                memory_format=memory_format
             )
-        finally:
-            torch.backends.cudnn.benchmark = cudnn_benchmark
+            labels = torch.randint(0, num_classes, (batch,), device=device)
+            source: Iterator[Any] | None = None
+        else:
+            source = _batches(loader)
+        on_gpu = device.startswith("cuda")
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats(torch.device(device))
+        meter = PowerMeter(nvml_uuid(torch, device)) if on_gpu and measure_power else None
+        clock = StepClock(torch, device)
+        wall_start = 0.0
+        for step in range(warmup + steps):
+            if step == warmup:
+                synchronize(torch, device)  # the warm-up's queued work is not the measured steps'
+                wall_start = time.perf_counter()
+                if meter is not None:
+                    meter.start()
+                clock.mark()  # the end of the "previous step" for the first measured one
+            if source is not None:
+                images, labels = next(source)
+                images = images.to(device, non_blocking=True).to(memory_format=memory_format)
+                labels = labels.to(device, non_blocking=True)
+            if step >= warmup:
+                clock.mark()
+            with torch.autocast(device_type=device_type, dtype=cast_dtype, enabled=amp):
+                loss = loss_fn(step_model(images), labels)
+            if step >= warmup:
+                clock.mark()
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            if step >= warmup:
+                clock.mark()
+        synchronize(torch, device)
+        wall = time.perf_counter() - wall_start
+        reading = meter.stop() if meter is not None else None
+        data_s = sum(clock.seconds(3 * i, 3 * i + 1) for i in range(steps))
+        forward_s = sum(clock.seconds(3 * i + 1, 3 * i + 2) for i in range(steps))
+        backward_s = sum(clock.seconds(3 * i + 2, 3 * i + 3) for i in range(steps))
+        if on_gpu:
+            max_memory_mb = torch.cuda.max_memory_allocated(torch.device(device)) / 2**20
+        else:
+            max_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # process peak RSS
+        return Training(
+            device=device,
+            model=model_name,
+            data="synthetic" if loader is None else "real",
+            batch=batch,
+            steps=steps,
+            images_per_s=batch * steps / wall,
+            data_ms=data_s / steps * 1000,
+            forward_ms=forward_s / steps * 1000,
+            backward_ms=backward_s / steps * 1000,
+            max_memory_mb=max_memory_mb,
+            peak_power_w=reading.peak_w if reading else None,
+            joules_per_image=reading.joules / (batch * steps)
+            if reading and reading.joules is not None
+            else None,
+            settings={
+                "amp": amp,
+                "channels_last": channels_last,
+                "compile": compile_model,
+                "cudnn_benchmark": True,
+                "autocast_dtype": str(cast_dtype).replace("torch.", "") if amp else None,
+            },
+            power=reading,
+        )
 
 
-def _train(
-    torch: Any,
-    device: str,
-    model_name: str,
-    *,
-    batch: int,
-    steps: int,
-    warmup: int,
-    image_size: int,
-    loader: Any,
-    amp: bool,
-    channels_last: bool,
-    compile_model: bool,
-    model: Any,
-    num_classes: int,
-    wrap: Any,
-    measure_power: bool,
-) -> Training:
-    memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    model = model if model is not None else make_model(model_name, num_classes)
-    model = model.to(device=device, memory_format=memory_format).train()
-    step_model = wrap(model) if wrap is not None else model  # e.g. DistributedDataParallel
-    step_model = torch.compile(step_model) if compile_model else step_model
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    cast_dtype = autocast_dtype(torch, device)
-    scaler = torch.amp.GradScaler(enabled=amp and cast_dtype == torch.float16)
-    device_type = "cuda" if device.startswith("cuda") else "cpu"
-    if loader is None:
-        images = torch.randn(batch, 3, image_size, image_size, device=device).to(memory_format=memory_format)
-        labels = torch.randint(0, num_classes, (batch,), device=device)
-        source: Iterator[Any] | None = None
-    else:
-        source = _batches(loader)
-    on_gpu = device.startswith("cuda")
-    if on_gpu:
-        torch.cuda.reset_peak_memory_stats(torch.device(device))
-    meter = PowerMeter(nvml_uuid(torch, device)) if on_gpu and measure_power else None
-    clock = StepClock(torch, device)
-    wall_start = 0.0
-    for step in range(warmup + steps):
-        if step == warmup:
-            synchronize(torch, device)  # the warm-up's queued work is not the measured steps'
-            wall_start = time.perf_counter()
-            if meter is not None:
-                meter.start()
-            clock.mark()  # the end of the "previous step" for the first measured one
-        if source is not None:
-            images, labels = next(source)
-            images = images.to(device, non_blocking=True).to(memory_format=memory_format)
-            labels = labels.to(device, non_blocking=True)
-        if step >= warmup:
-            clock.mark()
-        with torch.autocast(device_type=device_type, dtype=cast_dtype, enabled=amp):
-            loss = loss_fn(step_model(images), labels)
-        if step >= warmup:
-            clock.mark()
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        if step >= warmup:
-            clock.mark()
-    synchronize(torch, device)
-    wall = time.perf_counter() - wall_start
-    reading = meter.stop() if meter is not None else None
-    data_s = sum(clock.seconds(3 * i, 3 * i + 1) for i in range(steps))
-    forward_s = sum(clock.seconds(3 * i + 1, 3 * i + 2) for i in range(steps))
-    backward_s = sum(clock.seconds(3 * i + 2, 3 * i + 3) for i in range(steps))
-    if on_gpu:
-        max_memory_mb = torch.cuda.max_memory_allocated(torch.device(device)) / 2**20
-    else:
-        max_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # process peak RSS
-    return Training(
-        device=device,
-        model=model_name,
-        data="synthetic" if loader is None else "real",
-        batch=batch,
-        steps=steps,
-        images_per_s=batch * steps / wall,
-        data_ms=data_s / steps * 1000,
-        forward_ms=forward_s / steps * 1000,
-        backward_ms=backward_s / steps * 1000,
-        max_memory_mb=max_memory_mb,
-        peak_power_w=reading.peak_w if reading else None,
-        joules_per_image=reading.joules / (batch * steps) if reading and reading.joules is not None else None,
-        settings={
-            "amp": amp,
-            "channels_last": channels_last,
-            "compile": compile_model,
-            "cudnn_benchmark": True,
-            "autocast_dtype": str(cast_dtype).replace("torch.", "") if amp else None,
-        },
-        power=reading,
-    )
+@contextlib.contextmanager
+def _cudnn_benchmark(torch: Any) -> Iterator[None]:
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
 
 
 def image_folder(path: str, image_size: int) -> Any:

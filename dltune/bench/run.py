@@ -18,6 +18,7 @@ from typing import Any
 from dltune.bench import judge
 from dltune.bench.measure import BenchError
 from dltune.model import Result, Status
+from dltune.probes.watchdog import process_cmdlines
 
 DEFAULT_LOADER = "num_workers=0,pin_memory=False"
 
@@ -325,17 +326,7 @@ def _determinism(torch: Any, measure: Any, device: str) -> Result:
 
 def _processes_naming(marker: str) -> list[int]:
     """Processes whose command line contains `marker` (the run's private scratch path)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline:
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, cmdline in process_cmdlines() if marker.encode() in cmdline]
 
 
 def _end_torchrun(launcher: subprocess.Popen[str], marker: str, grace: float = 20.0) -> None:
@@ -473,12 +464,20 @@ def judge_data_parallel(
         # n processes' total against n times what each process trained alone, in the same run.
         baseline = numbers.get("baseline_images_per_s") or single_images_per_s
         scaling = numbers["images_per_s_total"] / (world * baseline) if baseline else None
+    return _judge_numbers(world, backend, numbers, scaling)
+
+
+def _judge_numbers(
+    world: int, backend: str, numbers: dict[str, Any], scaling: float | None, hosts: list[str] | None = None
+) -> list[Result]:
+    """The all-reduce and scaling results of what rank 0 of dltune.bench.ddp wrote."""
     return judge.judge_allreduce(
         world,
         backend,
         numbers["bytes"],
         numbers["seconds"],
         scaling,
+        hosts=hosts,
         per_rank=numbers.get("seconds_per_rank"),
     )
 
@@ -580,12 +579,4 @@ def run_multi_node(opts: Options, step: Step = lambda _s: None) -> list[Result] 
         return [Result("bench.multinode_allreduce", Status.ERROR, "torchrun wrote no results on node 0")]
     world, baseline = numbers["world"], numbers["baseline_images_per_s"]
     scaling = numbers["images_per_s_total"] / (world * baseline) if baseline else None
-    return judge.judge_allreduce(
-        world,
-        backend,
-        numbers["bytes"],
-        numbers["seconds"],
-        scaling,
-        hosts=numbers["hosts"],
-        per_rank=numbers.get("seconds_per_rank"),
-    )
+    return _judge_numbers(world, backend, numbers, scaling, hosts=numbers["hosts"])

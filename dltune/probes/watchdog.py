@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,17 +147,26 @@ def stuck_children(kind: str, older_than: float, proc: Path = Path("/proc")) -> 
     except (OSError, ValueError, IndexError):
         return []
     found = []
-    for entry in proc.iterdir() if proc.is_dir() else []:
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for pid, cmdline in process_cmdlines(proc):
+        argv = cmdline.split(b"\0")
+        if CHILD_MARKER.encode() not in argv or kind.encode() not in argv:
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            if CHILD_MARKER.encode() not in argv or kind.encode() not in argv:
-                continue
-            stat_fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            stat_fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
             started = int(stat_fields[19]) / ticks  # field 22 of /proc/PID/stat: starttime
         except (OSError, ValueError, IndexError):
             continue
         if uptime - started > older_than:
-            found.append(int(entry.name))
+            found.append(pid)
     return sorted(found)
+
+
+def process_cmdlines(proc: Path = Path("/proc")) -> Iterator[tuple[int, bytes]]:
+    """(pid, raw command line) of every other process that can still be read."""
+    for entry in proc.iterdir() if proc.is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            yield int(entry.name), (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
