@@ -119,12 +119,21 @@ def _stale(file: Path, data: dict[str, Any], now: datetime) -> str | None:
     return f"{file.name} was valid until {until}" if expiry < now else None
 
 
-def _read(file: Path, now: datetime) -> tuple[list[dict[str, Any]] | None, str | None, str | None]:
-    """(results, problem, stale) of one node file: results None when the file gives none."""
+def _load_json(file: Path) -> tuple[Any, str | None]:
+    """A file's JSON, or why it could not be read."""
     try:
-        data = json.loads(file.read_text(encoding="utf-8", errors="surrogateescape"))
+        return json.loads(file.read_text(encoding="utf-8", errors="surrogateescape")), None
     except (OSError, ValueError) as exc:
-        return None, f"crashed: unreadable report {visible(file.name)} ({exc})", None
+        return None, f"crashed: unreadable report {visible(file.name)} ({exc})"
+
+
+def _is_merged_report(data: Any) -> bool:
+    """An earlier merged report (cluster.json) in the same directory: not a node."""
+    return isinstance(data, dict) and "nodes" in data and "results" not in data
+
+
+def _read(file: Path, data: Any, now: datetime) -> tuple[list[dict[str, Any]] | None, str | None, str | None]:
+    """(results, problem, stale) of one node file's JSON: results None when the file gives none."""
     if not isinstance(data, dict):
         return None, _invalid(file, [f"$: an object expected, found {type(data).__name__}"]), None
     if "results" not in data and "problem" in data:
@@ -157,12 +166,13 @@ def load(paths: Sequence[Path], now: datetime | None = None) -> list[NodeReport]
         files += sorted(path.glob("*.json")) if path.is_dir() else [path]
     nodes: dict[str, NodeReport] = {}
     for file in files:
+        data, unreadable = _load_json(file)
+        if _is_merged_report(data):
+            continue
         host = visible(node_name(file))
-        if _is_merged_report(file):
-            continue  # an earlier merged report (cluster.json) in the same directory, not a node
         node = nodes.setdefault(host, NodeReport(host))
         node.sources.append(file.name)
-        results, problem, stale = _read(file, now)
+        results, problem, stale = (None, unreadable, None) if unreadable else _read(file, data, now)
         if problem is not None:
             node.problem = "; ".join(p for p in (node.problem, problem) if p)
         if results is not None:
@@ -170,14 +180,6 @@ def load(paths: Sequence[Path], now: datetime | None = None) -> list[NodeReport]
         if stale is not None:
             node.stale = stale
     return [nodes[h] for h in sorted(nodes)]
-
-
-def _is_merged_report(file: Path) -> bool:
-    try:
-        data = json.loads(file.read_text(encoding="utf-8", errors="surrogateescape"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and "nodes" in data and "results" not in data
 
 
 def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:
