@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help venv lab lab-down images wheelhouse lint unit pytest test-slow molecule test demo bench clean
+.PHONY: help venv lab lab-down images wheelhouse lint unit pytest test-slow fuzz molecule test demo bench clean
 
 help:
 	@grep -E '^#' Makefile | head -4
@@ -54,6 +54,11 @@ pytest: venv
 # Tier 3 of nfs_multivip (QEMU under TCG, reboots): root, no Docker needed.
 test-slow: venv
 	DLTUNE_LAB_REQUIRED=1 pytest -m slow
+
+# The parser and report fuzz tests with ten times the examples of make test (about 20 minutes).
+fuzz: venv
+	DLTUNE_FUZZ_EXAMPLES=$${DLTUNE_FUZZ_EXAMPLES:-20000} pytest tests/unit/test_parsers_fuzz.py \
+	  tests/unit/test_cluster_report.py::test_no_node_file_crashes_the_report
 
 # One scenario at a time: the loop-device scenarios must never overlap. All run; any failure fails.
 molecule: venv

@@ -262,29 +262,51 @@ def _filled_up(exc: OSError, dst: str) -> StageError:
     )
 
 
-def _copy_file(src: str, dst: str, entry: Entry) -> None:
-    """Copy content into a temporary sibling, set mode and mtime, then rename it over `dst` (replaced,
-    never rewritten in place). The source's size and mtime are compared before and after: a file that
-    changed meanwhile raises _Changed and is never stamped complete. `entry` takes the size and mtime
-    that were copied."""
-    try:
-        source = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise StageError(f"{src}: cannot read it ({exc.strerror}); the partial copy is kept") from exc
+@contextlib.contextmanager
+def _replacement(dst: str) -> Iterator[int]:
+    """A temporary sibling of `dst` open for writing, renamed over `dst` when the block completes
+    (files are replaced, never rewritten in place) and removed when it does not; a full disk becomes
+    a clean StageError."""
     temporary = _temporary(dst)
     try:
-        before = os.fstat(source)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         target = os.open(
             temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
         )
         try:
+            yield target
+        finally:
+            os.close(target)
+        os.replace(temporary, dst)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _filled_up(exc, dst) from exc
+        raise
+
+
+def _write_all(target: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(target, view) :]
+
+
+def _copy_file(src: str, dst: str, entry: Entry) -> None:
+    """Copy content into a replacement of `dst`, with mode and mtime set before the rename. The
+    source's size and mtime are compared before and after: a file that changed meanwhile raises
+    _Changed and is never stamped complete. `entry` takes the size and mtime that were copied."""
+    try:
+        source = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise StageError(f"{src}: cannot read it ({exc.strerror}); the partial copy is kept") from exc
+    try:
+        before = os.fstat(source)
+        with _replacement(dst) as target:
             if before.st_size < SMALL_FILE:
                 while chunk := os.read(source, SMALL_FILE):
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(target, view) :]
+                    _write_all(target, chunk)
             else:
                 _stream(source, target)
             after = os.fstat(source)
@@ -295,16 +317,7 @@ def _copy_file(src: str, dst: str, entry: Entry) -> None:
                 raise _Changed(src)
             os.fchmod(target, entry.mode)
             os.utime(target, ns=(after.st_mtime_ns, after.st_mtime_ns))
-        finally:
-            os.close(target)
-        os.replace(temporary, dst)
         entry.size, entry.mtime_ns = after.st_size, after.st_mtime_ns
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise _filled_up(exc, dst) from exc
-        raise
     finally:
         os.close(source)
 
@@ -460,33 +473,23 @@ class ArchiveRead:
 
 
 def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, digest: Any) -> None:
-    """A regular member's data into a temporary sibling, renamed over `target` once complete."""
+    """A regular member's data into a replacement of `target`, renamed over it once complete."""
     reader = tar.extractfile(member)
     if reader is None:
         raise StageError(f"{member.name}: no data in the archive")
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = _temporary(str(target))
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(temporary)
-    try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            for block in iter(lambda: reader.read(8 << 20), b""):
-                if digest is not None:
-                    digest.update(block)
-                handle.write(block)
-            if handle.tell() != member.size:
-                raise StageError(f"{member.name}: the archive ends inside this member (truncated)")
-            # The data filter's mode: no setuid/setgid/sticky, no group/other write, owner read/write.
-            os.fchmod(handle.fileno(), member.mode & 0o7777)
-        os.utime(temporary, (member.mtime, member.mtime))
-        os.replace(temporary, target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise _filled_up(exc, str(target)) from exc
-        raise
+    with _replacement(str(target)) as fd:
+        written = 0
+        for block in iter(lambda: reader.read(8 << 20), b""):
+            if digest is not None:
+                digest.update(block)
+            _write_all(fd, block)
+            written += len(block)
+        if written != member.size:
+            raise StageError(f"{member.name}: the archive ends inside this member (truncated)")
+        # The data filter's mode: no setuid/setgid/sticky, no group/other write, owner read/write.
+        os.fchmod(fd, member.mode & 0o7777)
+        os.utime(fd, (member.mtime, member.mtime))
 
 
 def _drain(reader: IO[bytes] | None, digest: Any) -> None:

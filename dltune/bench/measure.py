@@ -439,9 +439,9 @@ def train(
 
 
 @contextlib.contextmanager
-def _cudnn_benchmark(torch: Any) -> Iterator[None]:
+def _cudnn_benchmark(torch: Any, enabled: bool = True) -> Iterator[None]:
     before = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = enabled
     try:
         yield
     finally:
@@ -522,11 +522,9 @@ def determinism_loss(torch: Any, logits: Any, one_hot: Any) -> Any:
 
 def determinism_losses(torch: Any, device: str, seed: int, perturb: bool, steps: int = 4) -> list[float]:
     """Losses of a small seeded CNN on seeded data, with deterministic algorithms enforced."""
-    benchmark_before = torch.backends.cudnn.benchmark
     torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.benchmark = False
     try:
-        with on_device(torch, device):
+        with on_device(torch, device), _cudnn_benchmark(torch, enabled=False):
             torch.manual_seed(seed)
             model = determinism_model(torch).to(device)
             if perturb:
@@ -547,7 +545,6 @@ def determinism_losses(torch: Any, device: str, seed: int, perturb: bool, steps:
             return losses
     finally:
         torch.use_deterministic_algorithms(False)
-        torch.backends.cudnn.benchmark = benchmark_before
 
 
 def cpu_cores() -> int:

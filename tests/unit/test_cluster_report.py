@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner
 
 from dltune.cli import app
 from dltune.cluster import bench_charts, load, merged_json, render_html, render_summary
+from tests.fuzzing import FUZZ
 
 NOW = datetime.now(timezone.utc)
 
@@ -245,10 +246,9 @@ ENVELOPES = st.fixed_dictionaries(
         "nodes": JSON_VALUES,
     },
 )
-FUZZ_EXAMPLES = 2000
 
 
-@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FUZZ
 @given(documents=st.lists(ENVELOPES | JSON_VALUES, min_size=1, max_size=3))
 def test_no_node_file_crashes_the_report(
     tmp_path_factory: pytest.TempPathFactory, documents: list[Any]

@@ -1,13 +1,13 @@
 """Property-based tests of every parser the audit runs on text from the host: random lines built from
 the pieces real files are made of (fields, separators, escapes, Unicode digits, bytes that are not
-UTF-8 as surrogateescape gives them), FUZZ_EXAMPLES each. None raises, and where a parser reports what
-it could not use, its output accounts for every input line (parsed or reported)."""
+UTF-8 as surrogateescape gives them), tests.fuzzing.FUZZ_EXAMPLES each. None raises, and where a
+parser reports what it could not use, its output accounts for every input line (parsed or reported)."""
 
 from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from dltune.checks.gpu import xid
@@ -20,9 +20,7 @@ from dltune.probes.nvrm import parse_nvrm
 from dltune.probes.packages import KernelLog
 from dltune.probes.runner import RecordedRunner
 from dltune.text import unescape, visible
-
-FUZZ_EXAMPLES = 2000
-FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+from tests.fuzzing import FUZZ
 
 # The alphabet of kernel and config files, and what goes wrong in them.
 PIECES = st.sampled_from(

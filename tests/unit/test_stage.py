@@ -409,6 +409,16 @@ def test_a_resume_replaces_files_instead_of_rewriting_them(tmp_path: Path) -> No
     assert staged.stat().st_ino != inode_before
 
 
+def _has_staged_file(partial: Path) -> bool:
+    """Stops at the first complete file: listing a directory of thousands on every poll is slow enough
+    to miss the whole copy."""
+    try:
+        with os.scandir(partial) as entries:
+            return any(entry.name.endswith(".bin") for entry in entries)
+    except FileNotFoundError:
+        return False
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_stage_says_so_exits_130_and_resumes(tmp_path: Path, signum: int) -> None:
     """Ctrl-C printed an empty line; SIGTERM (scancel, a job's time limit) was not handled at all."""
@@ -421,8 +431,9 @@ def test_an_interrupted_stage_says_so_exits_130_and_resumes(tmp_path: Path, sign
     argv = [sys.executable, "-m", "dltune.cli", "stage", str(src), "--to", str(local), "--workers", "1"]
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not list((local / ".many.partial").glob("*.bin")) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    while not _has_staged_file(local / ".many.partial") and time.monotonic() < deadline:
+        assert child.poll() is None, "the stage ended before a file was seen in the partial tree"
+        time.sleep(0.005)
     child.send_signal(signum)
     out, err = child.communicate(timeout=60)
     assert child.returncode == 130, (child.returncode, err)
