@@ -27,6 +27,7 @@ from dltune import __version__
 from dltune.checks import run_checks
 from dltune.model import AREAS, EXIT_USAGE_OR_ERROR, exit_code
 from dltune.probes import collect_snapshot
+from dltune.probes.storage import fstype_of
 from dltune.probes.watchdog import Deadline
 from dltune.report import (
     console,
@@ -212,10 +213,7 @@ def _plan_advice(src: Path) -> list[str]:
     size = sum(e.size for e in entries) if src.is_dir() else src.stat().st_size
     count = len(entries) if src.is_dir() else 1
     mean = size / count if count else 0
-    lines = [
-        f"{src}: {size / 1e9:.2f} GB in {count} file(s), mean {mean / 1e3:.1f} kB,"
-        f" on {stage_mod.fstype_of(src)}"
-    ]
+    lines = [f"{src}: {size / 1e9:.2f} GB in {count} file(s), mean {mean / 1e3:.1f} kB, on {fstype_of(src)}"]
     if src.is_dir() and count > 10_000 and mean < 1_000_000:
         lines.append(
             "pack: many small files; keep them as one archive (tar or tar.zst) on the shared filesystem"

@@ -48,11 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from dltune.probes.jobenv import fstype_at
-from dltune.probes.mounts import parse_mountinfo
+from dltune.probes.storage import Space, space_at
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tgz", ".tar")
-TMPFS_TYPES = ("tmpfs", "ramfs")
 # Reserve kept free on the destination: another job on the node needs room too.
 RESERVE_FRACTION = 0.02
 COPY_TRIES = 3
@@ -89,15 +87,6 @@ class Summary:
         return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class Space:
-    free_bytes: int
-    free_inodes: int
-    fstype: str
-    mem_available: int | None = None
-    block_size: int = 4096
-
-
 def staged_name(src: Path) -> str:
     name = src.name
     for suffix in ARCHIVE_SUFFIXES:
@@ -108,23 +97,6 @@ def staged_name(src: Path) -> str:
 
 def is_archive(src: Path) -> bool:
     return src.is_file() and src.name.endswith(ARCHIVE_SUFFIXES)
-
-
-def fstype_of(path: Path, mountinfo: str | None = None) -> str:
-    """Filesystem type of the mount holding ``path`` (longest mount-point prefix in mountinfo)."""
-    text = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
-    return fstype_at(os.path.realpath(path), parse_mountinfo(text))
-
-
-def space_at(path: Path) -> Space:
-    st = os.statvfs(path)
-    fstype = fstype_of(path)
-    mem = None
-    if fstype in TMPFS_TYPES:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                mem = int(line.split()[1]) * 1024
-    return Space(st.f_bavail * st.f_frsize, st.f_favail, fstype, mem, st.f_frsize or 4096)
 
 
 def scan_tree(src: Path) -> list[Entry]:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeAlias
 
 from dltune.model import AREAS, Result, Status
-from dltune.probes import Snapshot
+from dltune.snapshot import Snapshot
 
 CheckFn: TypeAlias = Callable[[Snapshot], Result | Sequence[Result]]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from dltune.checks import check
 from dltune.model import Result, Status
-from dltune.probes import Snapshot
+from dltune.snapshot import Snapshot
 
 # NVML return codes (nvml.h) that mean something about the node rather than about dltune.
 NVML_ERROR_DRIVER_NOT_LOADED = 9

@@ -9,7 +9,7 @@ from typing import Any
 
 from dltune.checks import check
 from dltune.model import Result, Status
-from dltune.probes import Snapshot
+from dltune.snapshot import Snapshot
 
 CUBLAS = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_FORM = re.compile(r"^(:[1-9][0-9]*:[1-9][0-9]*)+$")
@@ -22,23 +22,6 @@ def _manifest(snap: Snapshot) -> Mapping[str, Any]:
 
 def in_job(snap: Snapshot) -> bool:
     return bool(snap.environ.get("SLURM_JOB_ID"))
-
-
-def _values_in(kind: str, text: str) -> dict[str, str]:
-    """NAME -> value as each file kind writes it (profile: export NAME='v'; pam/job_env: NAME=v)."""
-    found: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if kind == "profile":
-            if not line.startswith("export "):
-                continue
-            line = line[len("export ") :]
-        name, sep, value = line.partition("=")
-        if sep:
-            found[name.strip()] = value.strip().strip("'\"")
-    return found
 
 
 @check("env.cublas_workspace", needs=("manifest:dl_env",))
@@ -99,8 +82,8 @@ def node_files(snap: Snapshot) -> list[Result]:
     planned = {str(k): str(v) for k, v in dict(manifest.get("variables", {})).items()}
     results = []
     for kind, path in sorted(dict(manifest.get("files", {})).items()):
-        text = snap.files.get(str(path))
-        if text is None:
+        found = snap.env_values.get(str(path))
+        if found is None:
             results.append(
                 Result(
                     "env.node_files",
@@ -111,7 +94,6 @@ def node_files(snap: Snapshot) -> list[Result]:
                 )
             )
             continue
-        found = _values_in(kind, text)
         gaps = {name: {"planned": want, "found": found.get(name)} for name, want in planned.items()}
         gaps = {name: gap for name, gap in gaps.items() if gap["found"] != gap["planned"]}
         results.append(

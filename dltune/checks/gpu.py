@@ -9,8 +9,7 @@ from typing import Any
 
 from dltune.checks import check
 from dltune.model import Result, Status
-from dltune.probes import Snapshot
-from dltune.probes.nvml import (
+from dltune.snapshot import (
     HW_POWER_BRAKE,
     HW_SLOWDOWN,
     HW_THERMAL,
@@ -18,9 +17,11 @@ from dltune.probes.nvml import (
     REASON_NAMES,
     SW_POWER_CAP,
     SW_THERMAL,
+    UNKNOWN_DEVICE,
     Gpu,
+    GpuEvent,
+    Snapshot,
 )
-from dltune.probes.nvrm import UNKNOWN_DEVICE, GpuEvent
 
 THERMAL_MARGIN_C = 5
 # A reason that held the clocks for at least half of the probe's window persists (not a passing event).

@@ -8,7 +8,7 @@ from typing import Any
 
 from dltune.checks import check
 from dltune.model import Result, Status
-from dltune.probes import Snapshot
+from dltune.snapshot import Snapshot
 
 REMEDY = "apply role nfs_multivip (it restores `VIP/32 dev IF src ADDR`); check `ip route get VIP`"
 

@@ -9,9 +9,7 @@ from typing import Any
 from dltune.checks import check
 from dltune.checks.network import expected_vips
 from dltune.model import Result, Status
-from dltune.probes import Snapshot
-from dltune.probes.mounts import option_value
-from dltune.probes.network import NFS_FSTYPES
+from dltune.snapshot import NFS_FSTYPES, Snapshot, option_value
 
 # Options the mount table must show as planned (the kernel reports these in its superblock options).
 JUDGED_OPTIONS = ("vers", "proto", "rsize", "wsize", "nconnect")

@@ -9,8 +9,7 @@ from typing import Any
 from dltune.checks import check
 from dltune.checks.env import in_job
 from dltune.model import Result, Status
-from dltune.probes import Snapshot
-from dltune.probes.jobenv import parse_slurm_conf
+from dltune.snapshot import Snapshot
 
 # Not node-local: staging there is no faster than reading the shared storage.
 REMOTE_FSTYPES = frozenset(
@@ -112,11 +111,11 @@ def slurm_hooks(snap: Snapshot) -> Result:
     conf_path = str(manifest.get("conf", ""))
     conf_values: dict[str, str] = {}
     if manifest.get("manage_conf", True):
-        text = snap.files.get(conf_path)
-        if text is None:
+        parsed = snap.slurm_conf.get(conf_path)
+        if parsed is None:
             problems.append(f"{conf_path} is missing or unreadable")
         else:
-            conf_values = parse_slurm_conf(text)
+            conf_values = dict(parsed)
             for hook, key in (("prolog", "prolog"), ("epilog", "epilog"), ("task_prolog", "taskprolog")):
                 if conf_values.get(key) != hooks.get(hook):
                     problems.append(f"{key}={conf_values.get(key)} in slurm.conf, planned {hooks.get(hook)}")

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from dltune.checks import check
 from dltune.model import Result, Status
-from dltune.probes import Snapshot
-from dltune.probes.mounts import fstab_entry_for, mount_at, mount_containing, option_value
-from dltune.probes.storage import looks_like_data_mount
+from dltune.snapshot import (
+    Snapshot,
+    fstab_entry_for,
+    looks_like_data_mount,
+    mount_at,
+    mount_containing,
+    option_value,
+)
 
 # Built-in best practice when role tmpfs_tmp left no manifest fragment (mirrors its defaults).
 TMPFS_TMP_DEFAULTS: Mapping[str, Any] = {
@@ -254,6 +258,11 @@ def data_noatime(snap: Snapshot) -> list[Result]:
     return results
 
 
+def _same_device(snap: Snapshot, first: str, second: str) -> bool:
+    """Whether two device paths name one device, symlinks resolved on the audited host."""
+    return snap.device_paths.get(first, first) == snap.device_paths.get(second, second)
+
+
 @check("storage.data_fstab", needs=("mountinfo", "fstab", "manifest:data_disks"))
 def data_fstab(snap: Snapshot) -> list[Result]:
     """fstab and the live mount agree with the manifest: same UUID, same options, UUID present."""
@@ -293,7 +302,7 @@ def data_fstab(snap: Snapshot) -> list[Result]:
         if uuid in snap.uuid_devices:
             if device is None:
                 problems.append(f"no device has UUID {uuid} (disk missing or reformatted)")
-            elif live is not None and os.path.realpath(live.source) != os.path.realpath(device):
+            elif live is not None and not _same_device(snap, live.source, device):
                 problems.append(f"{mp} is mounted from {live.source}, but UUID {uuid} is {device}")
         if problems:
             results.append(

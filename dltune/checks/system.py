@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dltune.checks import check
 from dltune.model import Result, Status
-from dltune.probes import Snapshot
+from dltune.snapshot import Snapshot
 
 
 @check("system.reboot_required")

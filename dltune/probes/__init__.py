@@ -6,74 +6,31 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dltune.probes.hostfs import HostFS
-from dltune.probes.jobenv import PathInfo, job_paths, read_files, relevant_environ
-from dltune.probes.manifest import MANIFEST_DIR, read_manifest
-from dltune.probes.mounts import Fstab, Mount, UnparsedLine, parse_fstab, parse_mountinfo
-from dltune.probes.mountstats import NfsMountStats, parse_mountstats
-from dltune.probes.network import (
-    NFS_FSTYPES,
-    Responsiveness,
-    RouteChoice,
-    probe_responsive_many,
-    route_to,
-)
-from dltune.probes.nvml import NVML_TIMEOUT_S, NvmlState, probe_nvml_in_child
-from dltune.probes.packages import KernelLog, Package, read_driver_packages, read_kernel_log
+from dltune.probes.jobenv import job_paths, parse_env_file, parse_slurm_conf, read_files, relevant_environ
+from dltune.probes.manifest import read_manifest
+from dltune.probes.mounts import parse_fstab, parse_mountinfo
+from dltune.probes.mountstats import parse_mountstats
+from dltune.probes.network import probe_responsive_many, route_to
+from dltune.probes.nvml import NVML_TIMEOUT_S, probe_nvml_in_child
+from dltune.probes.packages import read_driver_packages, read_kernel_log
 from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
-from dltune.probes.storage import SpaceInfo, data_mount_points, resolve_uuids, space_of
+from dltune.probes.storage import data_mount_points, meminfo_kb, resolve_uuids, space_of
 from dltune.probes.watchdog import Deadline
-from dltune.text import decimal
-
-
-@dataclass(frozen=True)
-class RebootState:
-    required: bool
-    packages: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything the checks judge, read once from the host (or a fixture tree)."""
-
-    root: str
-    mounts: tuple[Mount, ...] = ()
-    mountinfo_unparsed: tuple[UnparsedLine, ...] = ()
-    fstab: Fstab = field(default_factory=Fstab)
-    mem_total_kb: int | None = None
-    reboot: RebootState = RebootState(required=False)
-    expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    manifest_dir: str = MANIFEST_DIR
-    # role -> why its fragment cannot be used (unreadable, not JSON, wrong shape); "*": the directory
-    manifest_problems: Mapping[str, str] = field(default_factory=dict)
-    # UUID -> device path; None: looked up and not found; missing key: could not look it up.
-    uuid_devices: Mapping[str, str | None] = field(default_factory=dict)
-    space: Mapping[str, SpaceInfo] = field(default_factory=dict)
-    nvml: NvmlState = field(default_factory=lambda: NvmlState(available=False, error="not probed"))
-    nvidia_module_version: str | None = None  # from /proc/driver/nvidia/version
-    kernel_modules: frozenset[str] = frozenset()
-    # Installed NVIDIA driver packages (None: no dpkg database here).
-    driver_packages: tuple[Package, ...] | None = None
-    # VIP -> what `ip route get` chose (network area, for the VIPs the nfs_multivip manifest lists)
-    vip_routes: Mapping[str, RouteChoice] = field(default_factory=dict)
-    # NFS mount point -> whether statfs answered within the timeout (nfs area)
-    nfs_responsive: Mapping[str, Responsiveness] = field(default_factory=dict)
-    # NFS mount point -> its options and RPC transport(s), from /proc/self/mountstats (nfs area)
-    nfs_stats: Mapping[str, NfsMountStats] = field(default_factory=dict)
-    kernel_log: KernelLog = field(default_factory=lambda: KernelLog(None, "not probed"))
-    # env/staging: the audit's own environment (job variables only), its uid, the dl_env files and
-    # slurm.conf by path, lstat facts of $SLURM_TMPDIR, the scratch base and the hooks by path.
-    environ: Mapping[str, str] = field(default_factory=dict)
-    uid: int = 0
-    files: Mapping[str, str | None] = field(default_factory=dict)
-    paths: Mapping[str, PathInfo] = field(default_factory=dict)
-    errors: Mapping[str, str] = field(default_factory=dict)
-    # probe -> what the audit's --timeout cut short (system.audit_timeout names them)
-    missed: Mapping[str, str] = field(default_factory=dict)
+from dltune.snapshot import (
+    NFS_FSTYPES,
+    Fstab,
+    KernelLog,
+    Mount,
+    NvmlState,
+    RebootState,
+    Responsiveness,
+    Snapshot,
+    UnparsedLine,
+)
 
 
 def collect_snapshot(
@@ -123,16 +80,23 @@ def collect_snapshot(
     job_environ = relevant_environ(
         os.environ if environ is None else environ, dict(expected.get("dl_env", {}).get("variables", {}))
     )
+    uuid_devices = resolve_uuids(fs, runner, uuids)
+    files = read_files(fs, _env_files(expected)) if env_wanted else {}
     return Snapshot(
         root=str(fs.root),
         mounts=mounts,
         mountinfo_unparsed=tuple(mountinfo_unparsed),
         fstab=parse_fstab(fstab) if fstab is not None else Fstab(),
-        mem_total_kb=_mem_total_kb(read("/proc/meminfo")),
+        mem_total_kb=meminfo_kb(read("/proc/meminfo"), "MemTotal"),
         reboot=_reboot_state(fs),
         expected=expected,
         manifest_problems=manifest_problems,
-        uuid_devices=resolve_uuids(fs, runner, uuids),
+        uuid_devices=uuid_devices,
+        device_paths=(
+            {name: fs.resolve(name) for name in _device_names(mounts, uuid_devices)}
+            if needed("storage")
+            else {}
+        ),
         space=space_of(fs, data_mount_points(mounts, expected), deadline, mounts)
         if needed("storage")
         else {},
@@ -169,7 +133,12 @@ def collect_snapshot(
         ),
         environ=job_environ if env_wanted else {},
         uid=os.getuid(),
-        files=read_files(fs, _env_files(expected)) if env_wanted else {},
+        env_values=_env_values(files, expected),
+        slurm_conf={
+            path: parse_slurm_conf(text)
+            for path, text in files.items()
+            if path == _slurm_conf_path(expected) and text is not None
+        },
         paths=job_paths(fs, job_environ, expected, mounts, deadline) if env_wanted else {},
         errors=errors,
         missed=dict(deadline.missed),  # last: after every probe above has run
@@ -186,12 +155,34 @@ def _responsive(mounts: Iterable[Mount], timeout: float, deadline: Deadline) -> 
     return found
 
 
-def _env_files(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    files = [str(p) for p in dict(expected.get("dl_env", {}).get("files", {})).values()]
+def _slurm_conf_path(expected: Mapping[str, Mapping[str, Any]]) -> str | None:
     slurm = expected.get("slurm_tmpdir", {})
     if slurm.get("manage_conf", True) and isinstance(slurm.get("conf"), str):
-        files.append(slurm["conf"])
-    return files
+        return str(slurm["conf"])
+    return None
+
+
+def _env_files(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    files = [str(p) for p in dict(expected.get("dl_env", {}).get("files", {})).values()]
+    conf = _slurm_conf_path(expected)
+    return [*files, conf] if conf else files
+
+
+def _env_values(
+    files: Mapping[str, str | None], expected: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, str]]:
+    kinds = {str(path): str(kind) for kind, path in dict(expected.get("dl_env", {}).get("files", {})).items()}
+    return {
+        path: parse_env_file(kinds[path], text)
+        for path, text in files.items()
+        if path in kinds and text is not None
+    }
+
+
+def _device_names(mounts: Iterable[Mount], uuid_devices: Mapping[str, str | None]) -> set[str]:
+    """The device paths the storage checks compare: mount sources and the devices UUIDs name."""
+    names = {m.source for m in mounts if m.source.startswith("/dev/")}
+    return names | {device for device in uuid_devices.values() if device}
 
 
 def _manifest_vips(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -211,15 +202,6 @@ def nvidia_module_version(text: str | None) -> str | None:
     # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 ..."
     match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9]+(?:\.[0-9]+)+)", text or "")
     return match.group(1) if match else None
-
-
-def _mem_total_kb(meminfo: str | None) -> int | None:
-    for line in (meminfo or "").splitlines():
-        if line.startswith("MemTotal:"):
-            parts = line.split()
-            if len(parts) >= 2 and decimal(parts[1]) is not None:
-                return decimal(parts[1])
-    return None
 
 
 def _reboot_state(fs: HostFS) -> RebootState:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from pathlib import Path, PurePosixPath
+
+# The kernel gives up after 40 links in one lookup (ELOOP); so does resolve().
+MAX_LINKS = 40
 
 
 class HostFS:
@@ -19,3 +23,29 @@ class HostFS:
 
     def exists(self, host_path: str) -> bool:
         return self.path(host_path).exists()
+
+    def resolve(self, host_path: str) -> str:
+        """``host_path`` with every symlink followed as the audited host would follow it: an absolute
+        link target restarts at the root (the fixture tree, not this machine's ``/``). A missing
+        component ends the lookup where it is, as ``realpath -m`` does."""
+        resolved: list[str] = []
+        pending = list(PurePosixPath("/", host_path).parts[1:])
+        links = 0
+        while pending:
+            part = pending.pop(0)
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            if part == ".":
+                continue
+            candidate = self.path("/" + "/".join([*resolved, part]))
+            if links < MAX_LINKS and candidate.is_symlink():
+                links += 1
+                target = os.readlink(candidate)
+                if target.startswith("/"):
+                    resolved = []
+                pending = [p for p in PurePosixPath(target).parts if p != "/"] + pending
+                continue
+            resolved.append(part)
+        return "/" + "/".join(resolved)

@@ -7,12 +7,11 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from dltune.probes.hostfs import HostFS
-from dltune.probes.mounts import Mount
-from dltune.probes.watchdog import Deadline, StatFs, statfs_many
+from dltune.probes.watchdog import Deadline, statfs_many
+from dltune.snapshot import Mount, PathInfo, StatFs
 
 # statfs of a healthy filesystem answers in milliseconds; a dead NFS server never does.
 STATFS_TIMEOUT_S = 5.0
@@ -20,25 +19,6 @@ STATFS_TIMEOUT_S = 5.0
 # The audit's environment is judged only through these (and the dl_env manifest's names).
 JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_USER", "SLURM_TMPDIR", "TMPDIR", "CUBLAS_WORKSPACE_CONFIG")
 SLURM_CONF_LINE = re.compile(r"^\s*([A-Za-z]+)\s*=\s*(\S*)\s*$")
-
-
-@dataclass(frozen=True)
-class PathInfo:
-    """lstat facts of a path (never followed: a link is reported as a link)."""
-
-    exists: bool
-    is_link: bool = False
-    is_dir: bool = False
-    is_file: bool = False
-    uid: int | None = None
-    mode: int | None = None  # permission bits
-    fstype: str = "unknown"
-    free_bytes: int | None = None
-    statfs_error: str | None = None  # statfs did not answer (a dead network filesystem) or failed
-
-    @property
-    def writable_by_others(self) -> bool:
-        return self.mode is not None and bool(self.mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def relevant_environ(environ: Mapping[str, str], extra_names: Iterable[str]) -> dict[str, str]:
@@ -121,3 +101,20 @@ def read_files(fs: HostFS, paths: Iterable[str]) -> dict[str, str | None]:
         except OSError:
             texts[path] = None
     return texts
+
+
+def parse_env_file(kind: str, text: str) -> dict[str, str]:
+    """NAME -> value as each file kind writes it (profile: export NAME='v'; pam/job_env: NAME=v)."""
+    found: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if kind == "profile":
+            if not line.startswith("export "):
+                continue
+            line = line[len("export ") :]
+        name, sep, value = line.partition("=")
+        if sep:
+            found[name.strip()] = value.strip().strip("'\"")
+    return found

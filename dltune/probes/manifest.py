@@ -13,8 +13,8 @@ from typing import Any
 
 from dltune.probes.hostfs import HostFS
 from dltune.schema import Field, of, optional, validate
+from dltune.snapshot import MANIFEST_DIR
 
-MANIFEST_DIR = "/etc/dltune/expected.d"
 # A fragment is a few KiB; anything far larger is not one of ours (and must not exhaust memory).
 MAX_FRAGMENT_BYTES = 1 << 20
 

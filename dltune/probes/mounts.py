@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import NamedTuple
+
+from dltune.snapshot import Fstab, FstabEntry, Mount, UnparsedLine
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 _BLANKS = re.compile(r"[ \t]+")
@@ -26,53 +26,6 @@ def normalize_spec(spec: str) -> str:
 
 def parse_options(text: str) -> tuple[str, ...]:
     return tuple(opt for opt in text.split(",") if opt)
-
-
-def option_value(options: tuple[str, ...], name: str) -> str | None:
-    """Value of ``name=value`` in an option list (the last one wins, as in mount(8))."""
-    value = None
-    for opt in options:
-        key, sep, val = opt.partition("=")
-        if key == name and sep:
-            value = val
-    return value
-
-
-class Mount(NamedTuple):
-    """One line of mountinfo. A NamedTuple (immutable, like the other snapshot types) because hosts
-    with many containers have tens of thousands of mounts, and a frozen dataclass is slow to build."""
-
-    mount_point: str
-    fstype: str
-    source: str
-    mount_options: tuple[str, ...]
-    super_options: tuple[str, ...]
-    device: str = ""  # major:minor of the filesystem: bind mounts of one filesystem share it
-
-    @property
-    def options(self) -> tuple[str, ...]:
-        """Per-mount and superblock options together, as `findmnt -o OPTIONS` shows them."""
-        return self.mount_options + tuple(o for o in self.super_options if o not in self.mount_options)
-
-
-@dataclass(frozen=True)
-class FstabEntry:
-    line_no: int
-    spec: str
-    mount_point: str
-    fstype: str
-    options: tuple[str, ...]
-    freq: int
-    passno: int
-
-
-@dataclass(frozen=True)
-class UnparsedLine:
-    """A line mount(8) could not use: reported by the audit, never dropped silently."""
-
-    line_no: int
-    text: str
-    reason: str
 
 
 def _unescaped(field: str) -> str:
@@ -108,12 +61,6 @@ def parse_mountinfo(text: str, unparsed: list[UnparsedLine] | None = None) -> tu
             )
         )
     return tuple(mounts)
-
-
-@dataclass(frozen=True)
-class Fstab:
-    entries: tuple[FstabEntry, ...] = ()
-    unparsed: tuple[UnparsedLine, ...] = ()
 
 
 def escape(field: str) -> str:
@@ -168,33 +115,3 @@ def parse_fstab(text: str) -> Fstab:
             )
         )
     return Fstab(tuple(entries), tuple(unparsed))
-
-
-def mount_at(mounts: tuple[Mount, ...], mount_point: str) -> Mount | None:
-    """The mount that is visible at ``mount_point``: the last one mounted there."""
-    found = None
-    for mount in mounts:
-        if mount.mount_point == mount_point:
-            found = mount
-    return found
-
-
-def mount_containing(mounts: tuple[Mount, ...], path: str) -> Mount | None:
-    """The mount whose filesystem holds ``path`` (the longest mount point that is a prefix of it)."""
-    best = None
-    for mount in mounts:
-        prefix = mount.mount_point.rstrip("/") + "/"
-        if (path == mount.mount_point or path.startswith(prefix) or mount.mount_point == "/") and (
-            best is None or len(mount.mount_point) >= len(best.mount_point)
-        ):
-            best = mount
-    return best
-
-
-def fstab_entry_for(fstab: Fstab, mount_point: str) -> FstabEntry | None:
-    """The fstab entry that mount(8) would use for ``mount_point`` (the last one wins)."""
-    found = None
-    for entry in fstab.entries:
-        if entry.mount_point == mount_point:
-            found = entry
-    return found

@@ -10,33 +10,16 @@ FreeBSD server's multi-line ``impl_id``); lines before the first block are count
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dltune.probes.mounts import unescape
+from dltune.snapshot import NfsMountStats, Transport
 from dltune.text import decimal
 
 _DEVICE = re.compile(
     r"^device (?P<device>\S+) mounted on (?P<mount>\S+) with fstype (?P<fstype>\S+)"
     r"(?: statvers=(?P<statvers>\S+))?"
 )
-
-
-@dataclass(frozen=True)
-class Transport:
-    protocol: str  # tcp, udp, rdma
-    source_port: int | None  # None where the protocol has no port field (rdma: 0)
-    connects: int | None
-
-
-@dataclass(frozen=True)
-class NfsMountStats:
-    device: str
-    mount_point: str
-    fstype: str
-    statvers: str | None
-    options: dict[str, str] = field(default_factory=dict)
-    age_seconds: int | None = None
-    transports: tuple[Transport, ...] = ()
 
 
 @dataclass(frozen=True)

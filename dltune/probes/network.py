@@ -7,20 +7,9 @@ import json
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from dltune.probes.runner import CommandRunner
-
-NFS_FSTYPES = ("nfs", "nfs4")
-
-
-@dataclass(frozen=True)
-class RouteChoice:
-    """What `ip route get VIP` says the kernel does for a packet to the VIP."""
-
-    dev: str | None
-    prefsrc: str | None
-    error: str | None = None
+from dltune.snapshot import Responsiveness, RouteChoice
 
 
 def route_to(runner: CommandRunner, address: str) -> RouteChoice:
@@ -35,13 +24,6 @@ def route_to(runner: CommandRunner, address: str) -> RouteChoice:
         return RouteChoice(None, None, f"unreadable ip -j output: {done.stdout[:80]!r}")
     dev, prefsrc = first.get("dev"), first.get("prefsrc")
     return RouteChoice(dev if isinstance(dev, str) else None, prefsrc if isinstance(prefsrc, str) else None)
-
-
-@dataclass(frozen=True)
-class Responsiveness:
-    ok: bool
-    seconds: float
-    detail: str
 
 
 def probe_responsive(path: str, timeout: float, argv: Sequence[str] | None = None) -> Responsiveness:

@@ -14,34 +14,13 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dltune.probes.watchdog import CHILD_MARKER, Deadline, run_child, stuck_children
+from dltune.snapshot import HW_POWER_BRAKE, HW_THERMAL, SW_POWER_CAP, SW_THERMAL, SYNC_BOOST, Gpu, NvmlState
 
 T = TypeVar("T")
 
-# Clock event reasons (nvml.h nvmlClocksEventReason*): what holds a GPU's clocks down.
-IDLE = 0x1
-APPLICATIONS_CLOCKS_SETTING = 0x2
-SW_POWER_CAP = 0x4
-HW_SLOWDOWN = 0x8
-SYNC_BOOST = 0x10
-SW_THERMAL = 0x20
-HW_THERMAL = 0x40
-HW_POWER_BRAKE = 0x80
-DISPLAY_CLOCK = 0x100
-REASON_NAMES = {
-    IDLE: "idle",
-    APPLICATIONS_CLOCKS_SETTING: "applications clocks setting",
-    SW_POWER_CAP: "sw power cap",
-    HW_SLOWDOWN: "hw slowdown",
-    SYNC_BOOST: "sync boost",
-    SW_THERMAL: "sw thermal slowdown",
-    HW_THERMAL: "hw thermal slowdown",
-    HW_POWER_BRAKE: "hw power brake",
-    DISPLAY_CLOCK: "display clock",
-}
 # NVML's clock-event counters (nvmlDeviceGetFieldValues, r535 and later): nanoseconds each reason has
 # held the clocks down since the driver loaded. Two reads CLOCK_WINDOW_S apart give the share of that
 # window, so a reason seen in one instantaneous mask is told apart from one that persists.
@@ -53,46 +32,6 @@ CLOCK_EVENT_FIELDS = {
     HW_POWER_BRAKE: 271,  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
 }
 CLOCK_WINDOW_S = 0.5
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    error: str | None = None  # a GPU that fell off the bus ("GPU is lost") keeps its slot
-    # NVML refused this process the device (NVML_ERROR_NO_PERMISSION: a job's device cgroup): not lost.
-    unreadable: str | None = None
-    name: str | None = None
-    uuid: str | None = None
-    persistence: bool | None = None
-    temperature_c: int | None = None
-    slowdown_c: int | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    pcie_gen: int | None = None
-    pcie_gen_max: int | None = None
-    pcie_width: int | None = None
-    pcie_width_max: int | None = None
-    clock_event_reasons: int | None = None
-    ecc_uncorrected_volatile: int | None = None
-    remapped_rows_pending: bool | None = None
-    remapped_rows_failure: bool | None = None
-    utilization_percent: int | None = None
-    power_default_limit_w: float | None = None
-    # The reason mask again at the end of the window, and each counted reason's share of the window
-    # (None where the driver has no clock-event counters).
-    clock_event_reasons_later: int | None = None
-    clock_event_share: dict[int, float] | None = None
-    clock_window_s: float | None = None
-
-
-@dataclass(frozen=True)
-class NvmlState:
-    available: bool
-    error: str | None = None
-    error_code: int | None = None
-    driver_version: str | None = None
-    gpus: tuple[Gpu, ...] = ()
-    hung: bool = False  # NVML did not answer in time (a wedged GPU or driver)
 
 
 # A healthy NVML answers in well under a second per GPU; a wedged one never does.

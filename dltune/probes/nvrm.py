@@ -11,9 +11,9 @@ recovery action the driver asks for). Only what the driver logged since it last 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-UNKNOWN_DEVICE = "unknown"
+from dltune.snapshot import UNKNOWN_DEVICE, GpuEvent, NvrmLog
+
 _DEVICE = r"(?:PCI:)?(?P<dev>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?"
 DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX")
 XID = re.compile(rf"NVRM: Xid \({_DEVICE}\): (?P<xid>\d+)(?:,\s*(?P<rest>.*))?")
@@ -27,24 +27,6 @@ SEVERITY_WORD = re.compile(r"\b(?P<word>Fatal|Nonfatal)\b")
 RECOVERY_ACTION = re.compile(
     r"recovery action changed from 0x[0-9a-fA-F]+ \([^)]*\) to 0x(?P<to>[0-9a-fA-F]+) \((?P<name>[^)]*)\)"
 )
-
-
-@dataclass(frozen=True)
-class GpuEvent:
-    device: str  # "0000:3b:00" (PCI domain:bus:device, lower case), or UNKNOWN_DEVICE
-    kind: str  # "xid" | "fallen_off_bus" | "init_failed" | "gsp_timeout"
-    line: str
-    xid: int | None = None
-    severity_word: str | None = None  # "Fatal" / "Nonfatal", as an NVLink Xid line states it
-    recovery_action: int | None = None  # Xid 154: the action the driver now asks for (0 = none)
-    recovery_action_name: str | None = None
-
-
-@dataclass(frozen=True)
-class NvrmLog:
-    events: tuple[GpuEvent, ...]
-    driver_loads: int  # "loading NVIDIA UNIX" lines seen; events before the last one are dropped
-    dropped_before_load: int
 
 
 def _device(match: re.Match[str]) -> str:

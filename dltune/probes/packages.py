@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from dltune.probes.hostfs import HostFS
-from dltune.probes.nvrm import NvrmLog, parse_nvrm
+from dltune.probes.nvrm import parse_nvrm
 from dltune.probes.runner import CommandRunner
+from dltune.snapshot import KernelLog, Package
 
 DPKG_STATUS = "/var/lib/dpkg/status"
 # The packages that make up an installed NVIDIA driver (userspace, kernel modules, Fabric Manager).
@@ -16,13 +16,6 @@ DRIVER_PACKAGE = re.compile(
     r"^(nvidia-|libnvidia-|linux-modules-nvidia-|linux-objects-nvidia-|linux-signatures-nvidia-"
     r"|xserver-xorg-video-nvidia-)"
 )
-
-
-@dataclass(frozen=True)
-class Package:
-    name: str
-    version: str
-    held: bool
 
 
 def read_driver_packages(fs: HostFS) -> tuple[Package, ...] | None:
@@ -45,17 +38,6 @@ def read_driver_packages(fs: HostFS) -> tuple[Package, ...] | None:
     return tuple(sorted(found, key=lambda p: p.name))
 
 
-@dataclass(frozen=True)
-class KernelLog:
-    text: str | None
-    error: str | None = None  # why it could not be read (e.g. needs root)
-
-    @property
-    def nvrm(self) -> NvrmLog:
-        """The NVIDIA driver's GPU events since it last loaded."""
-        return parse_nvrm(self.text or "")
-
-
 def read_kernel_log(fs: HostFS, runner: CommandRunner, euid: int | None = None) -> KernelLog:
     """The kernel ring buffer (since boot, as far as it reaches). With kernel.dmesg_restrict=1 only root
     may read it: an ordinary user gets the reason instead, and the check says `skip`."""
@@ -69,4 +51,9 @@ def read_kernel_log(fs: HostFS, runner: CommandRunner, euid: int | None = None) 
     done = runner.run(["dmesg", "--kernel", "--notime"])
     if not done.ok:
         return KernelLog(None, f"dmesg failed (rc={done.returncode}): {done.stderr.strip()}")
-    return KernelLog(done.stdout)
+    return kernel_log_of(done.stdout)
+
+
+def kernel_log_of(text: str) -> KernelLog:
+    """A kernel log as read, with the NVIDIA driver's GPU events parsed from it."""
+    return KernelLog(text, nvrm=parse_nvrm(text))

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dltune.snapshot import StatFs
+
 # argv marker of dltune's probe children, so a later audit can recognise one still stuck.
 CHILD_MARKER = "--dltune-probe-child"
 # statvfs fields through coreutils' stat: fundamental block size, blocks, blocks free to users,
@@ -97,14 +99,6 @@ def run_child(argv: Sequence[str], timeout: float, env: dict[str, str] | None = 
         _abandon(child)
         return ChildResult(None, "", "", time.monotonic() - start)
     return ChildResult(child.returncode, out, err, time.monotonic() - start)
-
-
-@dataclass(frozen=True)
-class StatFs:
-    total_bytes: int
-    free_bytes: int
-    total_inodes: int
-    free_inodes: int
 
 
 def statfs_many(paths: Sequence[str], timeout: float) -> dict[str, StatFs | str]:

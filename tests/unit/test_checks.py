@@ -8,8 +8,9 @@ from dltune.checks import check, registered, run_checks
 from dltune.checks.storage import tmp_tmpfs, tmpfs_size_kb
 from dltune.checks.system import reboot_required
 from dltune.model import Result, Status, exit_code
-from dltune.probes import RebootState, Snapshot, collect_snapshot
-from dltune.probes.mounts import Fstab, Mount, parse_fstab
+from dltune.probes import collect_snapshot
+from dltune.probes.mounts import parse_fstab
+from dltune.snapshot import Fstab, Mount, RebootState, Snapshot
 from tests.conftest import FIXTURES
 
 MEM_KB = 24684080

@@ -12,9 +12,9 @@ from dltune.checks import run_checks
 from dltune.checks.storage import data_space
 from dltune.cli import app
 from dltune.model import Status
-from dltune.probes import Snapshot, collect_snapshot
-from dltune.probes.mounts import FstabEntry, parse_fstab, parse_mountinfo, render_fstab_line
-from dltune.probes.storage import SpaceInfo
+from dltune.probes import collect_snapshot
+from dltune.probes.mounts import parse_fstab, parse_mountinfo, render_fstab_line
+from dltune.snapshot import FstabEntry, Snapshot, SpaceInfo
 from tests.conftest import FIXTURES
 
 

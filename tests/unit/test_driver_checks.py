@@ -8,9 +8,9 @@ from typing import Any
 from dltune.checks.driver import branch, driver_loaded, module_version, nouveau, packages_held
 from dltune.checks.gpu import xid
 from dltune.model import Status
-from dltune.probes import RebootState, Snapshot, collect_snapshot
-from dltune.probes.nvml import NvmlState
-from dltune.probes.packages import KernelLog
+from dltune.probes import collect_snapshot
+from dltune.probes.packages import kernel_log_of
+from dltune.snapshot import NvmlState, RebootState, Snapshot
 
 
 def test_module_version_read_from_proc_and_compared_with_userspace(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -133,7 +133,9 @@ def test_xid_errors_since_boot_per_gpu(tmp_path) -> None:  # type: ignore[no-unt
     assert results["PCI:0000:3b:00"].status is Status.FAIL and results["PCI:0000:3b:00"].critical
     assert results["PCI:0000:86:00"].status is Status.WARN
     assert results["PCI:0000:86:00"].evidence["events"] == {"Xid 13": 2}
-    clean = _with(snap, kernel_log=KernelLog("eth0: link up\n"), nvml=NvmlState(True, driver_version="580.1"))
+    clean = _with(
+        snap, kernel_log=kernel_log_of("eth0: link up\n"), nvml=NvmlState(True, driver_version="580.1")
+    )
     assert [r.status for r in xid(clean)] == [Status.PASS]
 
 
@@ -151,10 +153,9 @@ def test_xid_check_needs_root_where_dmesg_is_restricted(tmp_path) -> None:  # ty
 
 
 def _xid_results(log: str) -> dict[str | None, Any]:
-    from dltune.probes import Snapshot
-    from dltune.probes.packages import KernelLog
+    from dltune.snapshot import Snapshot
 
-    return {r.subject: r for r in xid(Snapshot(root="/", kernel_log=KernelLog(log)))}
+    return {r.subject: r for r in xid(Snapshot(root="/", kernel_log=kernel_log_of(log)))}
 
 
 def test_only_messages_since_the_driver_last_loaded_count() -> None:

@@ -10,8 +10,9 @@ import yaml
 from dltune.checks.env import cublas_workspace, node_files
 from dltune.checks.staging import REMOTE_FSTYPES, is_remote, slurm_hooks, slurm_tmpdir
 from dltune.model import Status
-from dltune.probes import Snapshot, collect_snapshot
-from dltune.probes.jobenv import PathInfo, parse_slurm_conf
+from dltune.probes import collect_snapshot
+from dltune.probes.jobenv import parse_env_file, parse_slurm_conf
+from dltune.snapshot import PathInfo, Snapshot
 from tests.conftest import REPO_ROOT
 
 DL_ENV = {
@@ -51,11 +52,24 @@ JOB_DIR = PathInfo(exists=True, is_dir=True, uid=1000, mode=0o700, fstype="ext4"
 IN_JOB = {"SLURM_JOB_ID": "7", "SLURM_TMPDIR": "/localscratch/alice.7", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
+def parsed_files(files: dict[str, str]) -> dict[str, object]:
+    """Raw file texts as the probe hands them to the checks: parsed, by path."""
+    kinds = {path: kind for kind, path in DL_ENV["files"].items()}  # type: ignore[attr-defined]
+    return {
+        "env_values": {
+            p: parse_env_file(kinds[p], t) for p, t in files.items() if p in kinds and t is not None
+        },
+        "slurm_conf": {
+            p: parse_slurm_conf(t) for p, t in files.items() if p == SLURM["conf"] and t is not None
+        },
+    }
+
+
 def snap(environ=None, files=None, paths=None, expected=None, uid=1000) -> Snapshot:  # type: ignore[no-untyped-def]
     return Snapshot(
         root="/",
         environ=environ or {},
-        files=GOOD_FILES if files is None else files,
+        **parsed_files(GOOD_FILES if files is None else files),
         paths=paths or {},
         expected={"dl_env": DL_ENV, "slurm_tmpdir": SLURM} if expected is None else expected,
         uid=uid,

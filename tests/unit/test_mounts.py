@@ -6,15 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dltune.probes import collect_snapshot
-from dltune.probes.mounts import (
-    fstab_entry_for,
-    mount_at,
-    mount_containing,
-    option_value,
-    parse_fstab,
-    parse_mountinfo,
-    unescape,
-)
+from dltune.probes.mounts import parse_fstab, parse_mountinfo, unescape
+from dltune.snapshot import fstab_entry_for, mount_at, mount_containing, option_value
 from tests.conftest import FIXTURES
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 from dltune.checks.network import vip_routes, vip_spread
 from dltune.checks.nfs import fstab, responsive, vip_mounts
 from dltune.model import Status
-from dltune.probes import Snapshot, collect_snapshot
-from dltune.probes.network import Responsiveness, probe_responsive
+from dltune.probes import collect_snapshot
+from dltune.probes.network import probe_responsive
+from dltune.snapshot import Responsiveness, Snapshot
 
 OPTIONS = ["vers=3", "proto=tcp", "rsize=524288", "wsize=524288", "hard", "_netdev", "nofail"]
 MANIFEST = {

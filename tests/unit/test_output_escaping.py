@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from dltune.cli import app
 from dltune.model import Result, Status
-from dltune.probes import _mem_total_kb
 from dltune.probes.mountstats import parse_mountstats
+from dltune.probes.storage import meminfo_kb
 from dltune.report import console, render_human
 from dltune.text import unescape, visible
 from tests.conftest import FIXTURES
@@ -140,8 +140,8 @@ def test_output_paths_that_cannot_be_written_are_usage_errors_up_front(tmp_path:
 
 def test_unicode_digits_in_kernel_files_are_not_numbers() -> None:
     """str.isdigit() accepts "²" and int() then raises: meminfo and mountstats crashed the audit."""
-    assert _mem_total_kb("MemTotal:       ²² kB\n") is None
-    assert _mem_total_kb("MemTotal:       2048 kB\n") == 2048
+    assert meminfo_kb("MemTotal:       ²² kB\n", "MemTotal") is None
+    assert meminfo_kb("MemTotal:       2048 kB\n", "MemTotal") == 2048
     stats = parse_mountstats(
         "device srv:/x mounted on /mnt/x with fstype nfs4 statvers=1.1\n\tage:\t²\n\tevents:\t1 ² 3\n"
     )

@@ -11,14 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dltune.checks.gpu import xid
-from dltune.probes import Snapshot, _mem_total_kb, nvidia_module_version
+from dltune.probes import nvidia_module_version
 from dltune.probes.manifest import check_fragment
-from dltune.probes.mounts import UnparsedLine, parse_fstab, parse_mountinfo
+from dltune.probes.mounts import parse_fstab, parse_mountinfo
 from dltune.probes.mountstats import parse_mountstats
 from dltune.probes.network import route_to
 from dltune.probes.nvrm import parse_nvrm
-from dltune.probes.packages import KernelLog
+from dltune.probes.packages import kernel_log_of
 from dltune.probes.runner import RecordedRunner
+from dltune.probes.storage import meminfo_kb
+from dltune.snapshot import Snapshot, UnparsedLine
 from dltune.text import unescape, visible
 from tests.fuzzing import FUZZ
 
@@ -112,7 +114,7 @@ def test_mountstats(lines: list[str]) -> None:
 @FUZZ
 @given(LINES)
 def test_meminfo_and_module_version(lines: list[str]) -> None:
-    total = _mem_total_kb(text_of(lines))
+    total = meminfo_kb(text_of(lines), "MemTotal")
     assert total is None or total >= 0
     version = nvidia_module_version(text_of(lines))
     assert version is None or version.replace(".", "").isascii()
@@ -123,7 +125,7 @@ def test_meminfo_and_module_version(lines: list[str]) -> None:
 def test_kernel_log_and_its_judgement(lines: list[str]) -> None:
     log = parse_nvrm(text_of(lines))
     assert len(log.events) <= len(lines)
-    snapshot = Snapshot(root="/", kernel_log=KernelLog(text=text_of(lines)))
+    snapshot = Snapshot(root="/", kernel_log=kernel_log_of(text_of(lines)))
     for result in xid(snapshot):
         json.dumps(result.to_dict()).encode("utf-8")
 

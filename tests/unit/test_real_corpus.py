@@ -9,12 +9,13 @@ import pytest
 
 from dltune.bench.specs import spec_for
 from dltune.checks.gpu import xid
-from dltune.probes import Snapshot, nvidia_module_version
-from dltune.probes.mounts import fstab_entry_for, mount_at, parse_fstab, parse_mountinfo, unescape
+from dltune.probes import nvidia_module_version
+from dltune.probes.mounts import parse_fstab, parse_mountinfo, unescape
 from dltune.probes.mountstats import parse_mountstats
 from dltune.probes.network import route_to
-from dltune.probes.packages import KernelLog
+from dltune.probes.packages import kernel_log_of
 from dltune.probes.runner import RecordedRunner
+from dltune.snapshot import Snapshot, fstab_entry_for, mount_at
 from tests.conftest import load_role_module
 from tests.real_corpus import Sample, all_samples, samples
 
@@ -60,7 +61,7 @@ def test_ubuntu_drivers_offers(sample: Sample) -> None:
 @pytest.mark.parametrize("sample", samples("kernel_log"), ids=str)
 def test_kernel_logs(sample: Sample) -> None:
     """gpu.xid on the published kernel log (read as root: dmesg_restrict does not apply)."""
-    results = xid(Snapshot(root="/", kernel_log=KernelLog(sample.body)))
+    results = xid(Snapshot(root="/", kernel_log=kernel_log_of(sample.body)))
     verdicts = {r.subject: r.status.value for r in results}
     expected = {}
     for part in sample.expect.split("; "):

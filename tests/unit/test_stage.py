@@ -429,7 +429,15 @@ def test_an_interrupted_stage_says_so_exits_130_and_resumes(tmp_path: Path, sign
     local = tmp_path / "local"
     local.mkdir()
     argv = [sys.executable, "-m", "dltune.cli", "stage", str(src), "--to", str(local), "--workers", "1"]
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell starts background jobs with SIGINT ignored, and Python keeps an inherited SIG_IGN: the
+    # child gets the default disposition, as a foreground command would.
+    child = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60
     while not _has_staged_file(local / ".many.partial") and time.monotonic() < deadline:
         assert child.poll() is None, "the stage ended before a file was seen in the partial tree"

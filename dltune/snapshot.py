@@ -1,0 +1,343 @@
+"""The snapshot: every fact the checks judge, as the probes read and parsed it from the host (or a
+fixture tree). Plain immutable types and pure lookups over them, no I/O: `dltune.probes` builds a
+Snapshot, `dltune.checks` judges one, and neither imports the other."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+def option_value(options: tuple[str, ...], name: str) -> str | None:
+    """Value of ``name=value`` in an option list (the last one wins, as in mount(8))."""
+    value = None
+    for opt in options:
+        key, sep, val = opt.partition("=")
+        if key == name and sep:
+            value = val
+    return value
+
+
+class Mount(NamedTuple):
+    """One line of mountinfo. A NamedTuple (immutable, like the other snapshot types) because hosts
+    with many containers have tens of thousands of mounts, and a frozen dataclass is slow to build."""
+
+    mount_point: str
+    fstype: str
+    source: str
+    mount_options: tuple[str, ...]
+    super_options: tuple[str, ...]
+    device: str = ""  # major:minor of the filesystem: bind mounts of one filesystem share it
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """Per-mount and superblock options together, as `findmnt -o OPTIONS` shows them."""
+        return self.mount_options + tuple(o for o in self.super_options if o not in self.mount_options)
+
+
+@dataclass(frozen=True)
+class FstabEntry:
+    line_no: int
+    spec: str
+    mount_point: str
+    fstype: str
+    options: tuple[str, ...]
+    freq: int
+    passno: int
+
+
+@dataclass(frozen=True)
+class UnparsedLine:
+    """A line mount(8) could not use: reported by the audit, never dropped silently."""
+
+    line_no: int
+    text: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fstab:
+    entries: tuple[FstabEntry, ...] = ()
+    unparsed: tuple[UnparsedLine, ...] = ()
+
+
+def mount_at(mounts: tuple[Mount, ...], mount_point: str) -> Mount | None:
+    """The mount that is visible at ``mount_point``: the last one mounted there."""
+    found = None
+    for mount in mounts:
+        if mount.mount_point == mount_point:
+            found = mount
+    return found
+
+
+def mount_containing(mounts: tuple[Mount, ...], path: str) -> Mount | None:
+    """The mount whose filesystem holds ``path`` (the longest mount point that is a prefix of it)."""
+    best = None
+    for mount in mounts:
+        prefix = mount.mount_point.rstrip("/") + "/"
+        if (path == mount.mount_point or path.startswith(prefix) or mount.mount_point == "/") and (
+            best is None or len(mount.mount_point) >= len(best.mount_point)
+        ):
+            best = mount
+    return best
+
+
+def fstab_entry_for(fstab: Fstab, mount_point: str) -> FstabEntry | None:
+    """The fstab entry that mount(8) would use for ``mount_point`` (the last one wins)."""
+    found = None
+    for entry in fstab.entries:
+        if entry.mount_point == mount_point:
+            found = entry
+    return found
+
+
+@dataclass(frozen=True)
+class Transport:
+    protocol: str  # tcp, udp, rdma
+    source_port: int | None  # None where the protocol has no port field (rdma: 0)
+    connects: int | None
+
+
+@dataclass(frozen=True)
+class NfsMountStats:
+    device: str
+    mount_point: str
+    fstype: str
+    statvers: str | None
+    options: dict[str, str] = field(default_factory=dict)
+    age_seconds: int | None = None
+    transports: tuple[Transport, ...] = ()
+
+
+NFS_FSTYPES = ("nfs", "nfs4")
+
+
+@dataclass(frozen=True)
+class RouteChoice:
+    """What `ip route get VIP` says the kernel does for a packet to the VIP."""
+
+    dev: str | None
+    prefsrc: str | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Responsiveness:
+    ok: bool
+    seconds: float
+    detail: str
+
+
+# Clock event reasons (nvml.h nvmlClocksEventReason*): what holds a GPU's clocks down.
+IDLE = 0x1
+APPLICATIONS_CLOCKS_SETTING = 0x2
+
+
+SW_POWER_CAP = 0x4
+HW_SLOWDOWN = 0x8
+
+
+SYNC_BOOST = 0x10
+SW_THERMAL = 0x20
+
+
+HW_THERMAL = 0x40
+HW_POWER_BRAKE = 0x80
+
+
+DISPLAY_CLOCK = 0x100
+
+
+REASON_NAMES = {
+    IDLE: "idle",
+    APPLICATIONS_CLOCKS_SETTING: "applications clocks setting",
+    SW_POWER_CAP: "sw power cap",
+    HW_SLOWDOWN: "hw slowdown",
+    SYNC_BOOST: "sync boost",
+    SW_THERMAL: "sw thermal slowdown",
+    HW_THERMAL: "hw thermal slowdown",
+    HW_POWER_BRAKE: "hw power brake",
+    DISPLAY_CLOCK: "display clock",
+}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    error: str | None = None  # a GPU that fell off the bus ("GPU is lost") keeps its slot
+    # NVML refused this process the device (NVML_ERROR_NO_PERMISSION: a job's device cgroup): not lost.
+    unreadable: str | None = None
+    name: str | None = None
+    uuid: str | None = None
+    persistence: bool | None = None
+    temperature_c: int | None = None
+    slowdown_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    clock_event_reasons: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    utilization_percent: int | None = None
+    power_default_limit_w: float | None = None
+    # The reason mask again at the end of the window, and each counted reason's share of the window
+    # (None where the driver has no clock-event counters).
+    clock_event_reasons_later: int | None = None
+    clock_event_share: dict[int, float] | None = None
+    clock_window_s: float | None = None
+
+
+@dataclass(frozen=True)
+class NvmlState:
+    available: bool
+    error: str | None = None
+    error_code: int | None = None
+    driver_version: str | None = None
+    gpus: tuple[Gpu, ...] = ()
+    hung: bool = False  # NVML did not answer in time (a wedged GPU or driver)
+
+
+UNKNOWN_DEVICE = "unknown"
+
+
+@dataclass(frozen=True)
+class GpuEvent:
+    device: str  # "0000:3b:00" (PCI domain:bus:device, lower case), or UNKNOWN_DEVICE
+    kind: str  # "xid" | "fallen_off_bus" | "init_failed" | "gsp_timeout"
+    line: str
+    xid: int | None = None
+    severity_word: str | None = None  # "Fatal" / "Nonfatal", as an NVLink Xid line states it
+    recovery_action: int | None = None  # Xid 154: the action the driver now asks for (0 = none)
+    recovery_action_name: str | None = None
+
+
+@dataclass(frozen=True)
+class NvrmLog:
+    events: tuple[GpuEvent, ...]
+    driver_loads: int  # "loading NVIDIA UNIX" lines seen; events before the last one are dropped
+    dropped_before_load: int
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+    held: bool
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    text: str | None
+    error: str | None = None  # why it could not be read (e.g. needs root)
+
+    # The NVIDIA driver's GPU events since it last loaded, parsed by the probe.
+    nvrm: NvrmLog = field(default_factory=lambda: NvrmLog((), 0, 0))
+
+
+@dataclass(frozen=True)
+class PathInfo:
+    """lstat facts of a path (never followed: a link is reported as a link)."""
+
+    exists: bool
+    is_link: bool = False
+    is_dir: bool = False
+    is_file: bool = False
+    uid: int | None = None
+    mode: int | None = None  # permission bits
+    fstype: str = "unknown"
+    free_bytes: int | None = None
+    statfs_error: str | None = None  # statfs did not answer (a dead network filesystem) or failed
+
+    @property
+    def writable_by_others(self) -> bool:
+        return self.mode is not None and bool(self.mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+@dataclass(frozen=True)
+class StatFs:
+    total_bytes: int
+    free_bytes: int
+    total_inodes: int
+    free_inodes: int
+
+
+# Filesystems that hold data on local block devices; the audit advises noatime on these.
+DATA_FSTYPES = frozenset({"ext4", "ext3", "xfs", "btrfs", "f2fs"})
+
+
+# Mount points that belong to the OS, not to data (the role's data_disks_system_noatime covers them).
+SYSTEM_MOUNT_POINTS = frozenset({"/", "/boot", "/boot/efi", "/usr", "/var", "/var/log"})
+
+
+# Space and inodes of a filesystem: what statfs answered (one type for the probe and the checks).
+SpaceInfo = StatFs
+
+
+def looks_like_data_mount(mount: Mount) -> bool:
+    return (
+        mount.fstype in DATA_FSTYPES
+        and mount.source.startswith("/dev/")
+        and mount.mount_point not in SYSTEM_MOUNT_POINTS
+        and not mount.mount_point.startswith(("/snap/", "/var/lib/docker", "/boot/"))
+    )
+
+
+MANIFEST_DIR = "/etc/dltune/expected.d"
+
+
+@dataclass(frozen=True)
+class RebootState:
+    required: bool
+    packages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the checks judge, read once from the host (or a fixture tree)."""
+
+    root: str
+    mounts: tuple[Mount, ...] = ()
+    mountinfo_unparsed: tuple[UnparsedLine, ...] = ()
+    fstab: Fstab = field(default_factory=Fstab)
+    mem_total_kb: int | None = None
+    reboot: RebootState = RebootState(required=False)
+    expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    manifest_dir: str = MANIFEST_DIR
+    # role -> why its fragment cannot be used (unreadable, not JSON, wrong shape); "*": the directory
+    manifest_problems: Mapping[str, str] = field(default_factory=dict)
+    # UUID -> device path; None: looked up and not found; missing key: could not look it up.
+    uuid_devices: Mapping[str, str | None] = field(default_factory=dict)
+    # A device path as named (a data mount's source, a UUID's device) -> the device it resolves to,
+    # symlinks followed under the audited root; missing: it could not be resolved.
+    device_paths: Mapping[str, str] = field(default_factory=dict)
+    space: Mapping[str, SpaceInfo] = field(default_factory=dict)
+    nvml: NvmlState = field(default_factory=lambda: NvmlState(available=False, error="not probed"))
+    nvidia_module_version: str | None = None  # from /proc/driver/nvidia/version
+    kernel_modules: frozenset[str] = frozenset()
+    # Installed NVIDIA driver packages (None: no dpkg database here).
+    driver_packages: tuple[Package, ...] | None = None
+    # VIP -> what `ip route get` chose (network area, for the VIPs the nfs_multivip manifest lists)
+    vip_routes: Mapping[str, RouteChoice] = field(default_factory=dict)
+    # NFS mount point -> whether statfs answered within the timeout (nfs area)
+    nfs_responsive: Mapping[str, Responsiveness] = field(default_factory=dict)
+    # NFS mount point -> its options and RPC transport(s), from /proc/self/mountstats (nfs area)
+    nfs_stats: Mapping[str, NfsMountStats] = field(default_factory=dict)
+    kernel_log: KernelLog = field(default_factory=lambda: KernelLog(None, "not probed"))
+    # env/staging: the audit's own environment (job variables only), its uid, lstat facts of
+    # $SLURM_TMPDIR, the scratch base and the hooks by path.
+    environ: Mapping[str, str] = field(default_factory=dict)
+    uid: int = 0
+    # dl_env's files by path, parsed: NAME -> value as each kind writes it (missing: unreadable)
+    env_values: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # slurm.conf by path, parsed: lower-cased key -> value (missing: unreadable)
+    slurm_conf: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    paths: Mapping[str, PathInfo] = field(default_factory=dict)
+    errors: Mapping[str, str] = field(default_factory=dict)
+    # probe -> what the audit's --timeout cut short (system.audit_timeout names them)
+    missed: Mapping[str, str] = field(default_factory=dict)

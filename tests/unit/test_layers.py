@@ -1,0 +1,82 @@
+"""The layering rule (probes read, checks judge, neither imports the other) on the syntax tree, and
+the host reads that moved out of the checks: device links resolved under `--root`, not on the
+machine that runs the audit."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dltune.checks import run_checks
+from dltune.model import Status
+from dltune.probes import collect_snapshot
+from dltune.probes.hostfs import HostFS
+from tests.conftest import FIXTURES, REPO_ROOT
+
+CHECKS = REPO_ROOT / "dltune" / "checks"
+# What judging must never do: read the host, or depend on the package that does.
+FORBIDDEN = {"dltune.probes", "os", "pathlib", "subprocess", "io", "socket", "shutil"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+    return modules
+
+
+def forbidden(module: str) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in FORBIDDEN)
+
+
+def test_checks_import_only_the_model_the_snapshot_and_each_other() -> None:
+    offending = {
+        path.name: sorted(m for m in imported_modules(path) if forbidden(m))
+        for path in sorted(CHECKS.glob("*.py"))
+    }
+    assert {name: mods for name, mods in offending.items() if mods} == {}
+    # The rule reads what it claims to: a check module that imported os would be caught.
+    assert forbidden("os") and forbidden("dltune.probes.mounts") and not forbidden("dltune.snapshot")
+
+
+def test_the_snapshot_module_does_no_io() -> None:
+    assert not {m for m in imported_modules(REPO_ROOT / "dltune" / "snapshot.py") if forbidden(m)}
+
+
+def test_resolve_follows_links_inside_the_audited_root(tmp_path: Path) -> None:
+    (tmp_path / "dev" / "mapper").mkdir(parents=True)
+    (tmp_path / "dev" / "dm-3").touch()
+    (tmp_path / "dev" / "mapper" / "vg-data").symlink_to("../dm-3")
+    (tmp_path / "dev" / "mapper" / "vg-abs").symlink_to("/dev/dm-3")  # absolute: restarts at the root
+    (tmp_path / "dev" / "loop-a").symlink_to("loop-b")
+    (tmp_path / "dev" / "loop-b").symlink_to("loop-a")
+    fs = HostFS(tmp_path)
+    assert fs.resolve("/dev/mapper/vg-data") == "/dev/dm-3"
+    assert fs.resolve("/dev/mapper/vg-abs") == "/dev/dm-3"
+    assert fs.resolve("/dev/sdz") == "/dev/sdz"  # absent: the name itself, as realpath -m
+    assert fs.resolve("/dev/mapper/../dm-3") == "/dev/dm-3"
+    fs.resolve("/dev/loop-a")  # a loop of links ends (after 40 links), it does not hang
+
+
+@pytest.mark.parametrize(("target", "status"), [("/dev/nvme0n1", Status.PASS), ("/dev/nvme9n9", Status.FAIL)])
+def test_a_data_disk_mounted_through_a_link_is_judged_by_the_audited_hosts_links(
+    tmp_path: Path, target: str, status: Status
+) -> None:
+    """The check used os.path.realpath on the machine running the audit, so under --root a mount from
+    /dev/mapper/... was compared with this machine's /dev, not the audited tree's."""
+    root = tmp_path / "node"
+    shutil.copytree(FIXTURES / "data_ok_managed", root, symlinks=True)
+    mountinfo = root / "proc" / "self" / "mountinfo"
+    mountinfo.write_text(mountinfo.read_text().replace("ext4 /dev/nvme0n1 ", "ext4 /dev/mapper/vg-scratch "))
+    (root / "dev" / "mapper").mkdir()
+    (root / "dev" / "mapper" / "vg-scratch").symlink_to(target)
+    results = {
+        r.subject: r for r in run_checks(collect_snapshot(root), ["storage"]) if r.id == "storage.data_fstab"
+    }
+    assert results["/data/scratch"].status is status, results["/data/scratch"].summary
