@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help venv lab lab-down images wheelhouse lint unit pytest test-slow fuzz molecule test demo bench clean
+.PHONY: help venv lab lab-down images wheelhouse lint unit browser pytest test-slow fuzz molecule test demo bench clean
 
 help:
 	@grep -E '^#' Makefile | head -4
@@ -44,8 +44,14 @@ lint: venv
 unit: venv
 	pytest tests/unit
 
+# Debian's chromium renders the HTML report in tests/integration/test_report_browser.py.
+browser:
+	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	  chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  --no-install-recommends chromium >/dev/null; }
+
 # Needs the lab (make lab): DLTUNE_LAB_REQUIRED turns a missing lab into a failure, not a skip.
-pytest: venv
+pytest: venv browser
 	DLTUNE_LAB_REQUIRED=1 pytest -m "not slow" --durations=15
 	# PyTorch in a process of its own: ansible (imported by the lab tests) patches sys.intern, which
 	# torch's dynamo refuses at import.

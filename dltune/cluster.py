@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,20 +23,9 @@ from rich.text import Text
 
 from dltune import SCHEMA_VERSION, __version__
 from dltune.model import AREAS, Status
+from dltune.report import STATUS_COLOUR, STATUS_STYLE, status_rank, worst
 from dltune.schema import of, optional, validate
 from dltune.text import visible, visible_data
-
-ORDER = ("error", "fail", "warn", "pass", "skip")  # worst first
-COLOURS = {
-    "pass": "#2e7d32",
-    "warn": "#f9a825",
-    "fail": "#c62828",
-    "error": "#6a1b9a",
-    "skip": "#9e9e9e",
-    "unreachable": "#000000",
-}
-RICH = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "skip": "dim"}
-
 
 # What `dltune report` accepts from a node: the envelope of `dltune audit/bench --format json`.
 RESULT_SCHEMA = of(
@@ -83,11 +72,6 @@ class NodeReport:
             and self.stale is None
             and not any(r["status"] in ("fail", "error") for r in self.results)
         )
-
-
-def worst(statuses: Iterable[str]) -> str | None:
-    found = set(statuses)
-    return next((s for s in ORDER if s in found), None)
 
 
 def node_name(file: Path) -> str:
@@ -200,33 +184,74 @@ def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:
     )
 
 
-def render_summary(nodes: Sequence[NodeReport], console: Console) -> None:
-    areas = [a for a in AREAS if any(r["area"] == a for n in nodes for r in n.results)]
-    table = Table(
-        title=f"dltune report: {len(nodes)} node(s), {sum(n.healthy for n in nodes)} healthy",
-        title_justify="left",
-    )
-    table.add_column("node")
-    for area in areas:
-        table.add_column(area)
-    table.add_column("findings", overflow="fold")
-    for node in nodes:
+def node_rank(node: NodeReport) -> tuple[int, str]:
+    """Sort key, worst node first: no usable report, then by its worst status; stale ones with fails."""
+    if node.problem:
+        return (-1, node.host)
+    rank = status_rank(worst(r["status"] for r in node.results) or "skip")
+    return (min(rank, 0) if node.stale else rank, node.host)
+
+
+def _area_index(area: str) -> int:
+    return AREAS.index(area) if area in AREAS else len(AREAS)
+
+
+def _finding_text(r: dict[str, Any]) -> str:
+    return f"{r['status'].upper()} {r['id']}" + (f" [{r['subject']}]" if r.get("subject") else "")
+
+
+SHOWN_FINDINGS = 3
+
+
+def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool = False) -> None:
+    """Nodes with findings first (no report, fail, error, warn), each with its areas and first findings;
+    the nodes where everything passed folded into one line unless ``show_all``. Reads at 100 columns
+    for any number of areas."""
+    title = f"dltune report: {len(nodes)} node(s), {sum(n.healthy for n in nodes)} healthy"
+    table = Table(title=title, title_justify="left")
+    table.add_column("node", no_wrap=True)
+    table.add_column("worst", no_wrap=True)
+    table.add_column("areas with findings", overflow="fold", max_width=30)
+    table.add_column("findings", overflow="fold", ratio=1)
+    clean: list[str] = []
+    for node in sorted(nodes, key=node_rank):
         if node.problem:
-            table.add_row(Text(node.host), *["" for _ in areas], Text(node.problem.upper(), style="bold red"))
+            table.add_row(
+                Text(node.host),
+                Text(node.problem.split(":", 1)[0].upper(), style="bold red"),
+                Text(""),
+                Text(node.problem.upper()),
+            )
             continue
-        cells = []
-        for area in areas:
-            status = worst(r["status"] for r in node.results if r["area"] == area)
-            cells.append(Text(status or "", style=RICH.get(status or "", "")))
-        findings = [
-            f"{r['status'].upper()} {r['id']}" + (f" [{r['subject']}]" if r.get("subject") else "")
-            for r in node.results
-            if r["status"] in ("fail", "error")
-        ]
+        status = worst(r["status"] for r in node.results) or "skip"
+        findings = [r for r in node.results if r["status"] in ("fail", "error", "warn")]
+        findings.sort(key=lambda r: status_rank(r["status"]))
+        if not findings and not node.stale and not show_all:
+            clean.append(node.host)
+            continue
+        areas: dict[str, str] = {}
+        for r in sorted(findings, key=lambda r: _area_index(r["area"])):
+            areas.setdefault(r["area"], r["status"])  # sorted: the first is the area's worst
+        texts = [_finding_text(r) for r in findings[:SHOWN_FINDINGS]]
+        if len(findings) > SHOWN_FINDINGS:
+            texts.append(f"+{len(findings) - SHOWN_FINDINGS} more")
         if node.stale:
-            findings.insert(0, f"STALE: {node.stale}")
-        table.add_row(Text(node.host), *cells, Text("; ".join(findings)))
-    console.print(table)
+            texts.insert(0, f"STALE: {node.stale}")
+        table.add_row(
+            Text(node.host),
+            Text(status, style=STATUS_STYLE.get(Status(status), "")),
+            Text(", ".join(f"{area} {st}" for area, st in areas.items())),
+            Text("; ".join(texts)),
+        )
+    if table.row_count:
+        console.print(table)
+    else:
+        console.print(Text(title))
+    if clean:
+        listed = ", ".join(clean[:10]) + (f", ... ({len(clean) - 10} more)" if len(clean) > 10 else "")
+        console.print(
+            Text(f"{len(clean)} node(s) with no finding: {listed} (`dltune report --all` lists them)")
+        )
 
 
 def _svg_bars(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
@@ -242,7 +267,7 @@ def _svg_bars(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
         y = 24 + i * row
         w = max(1.0, value / top * width)
         # Below 85% of the best bar: the outlier colour.
-        colour = COLOURS["pass"] if value >= 0.85 * top else COLOURS["fail"]
+        colour = STATUS_COLOUR["pass"] if value >= 0.85 * top else STATUS_COLOUR["fail"]
         parts.append(
             f'<text x="0" y="{y + 14}" font-size="12">{html.escape(label)}</text>'
             f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{row - 6}" fill="{colour}"/>'
@@ -268,44 +293,65 @@ def bench_charts(nodes: Sequence[NodeReport]) -> list[str]:
     return [c for c in charts if c]
 
 
-def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
-    check_ids = sorted({r["id"] for n in nodes for r in n.results})
+TIP_LINES = 20
+
+
+def _area_cell(node_anchor: str, mine: Sequence[dict[str, Any]]) -> str:
+    """One node x area cell: its worst status, every check of the area on hover, a link to the node's
+    findings on click."""
     esc = html.escape
-    head = "".join(f'<th class="v">{esc(c)}</th>' for c in check_ids)
+    if not mine:
+        return "<td></td>"
+    status = worst(r["status"] for r in mine) or "skip"
+    ordered = sorted(mine, key=lambda r: status_rank(r["status"]))
+    tip = "\n".join(f"{_finding_text(r)}: {r['summary']}" for r in ordered[:TIP_LINES])
+    if len(ordered) > TIP_LINES:
+        tip += f"\n... {len(ordered) - TIP_LINES} more"
+    return (
+        f'<td style="background:{STATUS_COLOUR.get(status, "#fff")}" title="{esc(tip)}">'
+        f'<a href="#{node_anchor}">{esc(status)}</a></td>'
+    )
+
+
+def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
+    """Nodes x areas (worst status per area; hover lists the area's checks, a click jumps to the node's
+    findings), nodes with findings first; then every finding with its evidence; then the bench charts."""
+    esc = html.escape
+    ordered = sorted(nodes, key=node_rank)
+    anchors = {id(node): f"node-{i}" for i, node in enumerate(ordered)}
+    present = {r["area"] for n in nodes for r in n.results}
+    areas = [a for a in AREAS if a in present] + sorted(present - set(AREAS))
+    head = "".join(f"<th>{esc(a)}</th>" for a in areas)
     rows = []
-    for node in nodes:
+    for node in ordered:
         if node.problem:
             rows.append(
-                f'<tr><th>{esc(node.host)}</th><td colspan="{len(check_ids)}" class="unreachable">'
+                f'<tr><th>{esc(node.host)}</th><td colspan="{len(areas)}" class="unreachable">'
                 f"{esc(node.problem)}</td></tr>"
             )
             continue
-        cells = []
-        for check_id in check_ids:
-            mine = [r for r in node.results if r["id"] == check_id]
-            status = worst(r["status"] for r in mine)
-            tip = "\n".join(f"{r['status']}: {r['summary']}" for r in mine)
-            cells.append(
-                f'<td style="background:{COLOURS.get(status or "", "#fff")}" title="{esc(tip)}">'
-                f"{esc(status or '')}</td>"
-            )
+        cells = "".join(
+            _area_cell(anchors[id(node)], [r for r in node.results if r["area"] == a]) for a in areas
+        )
         stale = f'<br><span class="stale">stale: {esc(node.stale)}</span>' if node.stale else ""
-        rows.append(f"<tr><th>{esc(node.host)}{stale}</th>{''.join(cells)}</tr>")
+        rows.append(f"<tr><th>{esc(node.host)}{stale}</th>{cells}</tr>")
     findings = []
-    for node in nodes:
-        for r in node.results:
+    for node in ordered:
+        anchor = f' id="{anchors[id(node)]}"'
+        for r in sorted(node.results, key=lambda r: status_rank(r["status"])):
             if r["status"] in ("fail", "error", "warn"):
                 evidence = json.dumps(r.get("evidence", {}), sort_keys=True)[:600]
-                cells = [
+                columns = [
                     esc(node.host),
-                    f'<span style="color:{COLOURS[r["status"]]}">{esc(r["status"])}</span>',
+                    f'<span style="color:{STATUS_COLOUR[r["status"]]}">{esc(r["status"])}</span>',
                     esc(r["id"]),
                     esc(str(r.get("subject") or "")),
                     esc(r["summary"]),
                     esc(str(r.get("remedy") or "")),
                     f"<code>{esc(evidence)}</code>",
                 ]
-                findings.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+                findings.append(f"<tr{anchor}>" + "".join(f"<td>{c}</td>" for c in columns) + "</tr>")
+                anchor = ""
     healthy = sum(n.healthy for n in nodes)
     charts = "".join(f"<div>{c}</div>" for c in bench_charts(nodes))
     return f"""<!DOCTYPE html>
@@ -314,18 +360,20 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
 body {{ font-family: sans-serif; margin: 1.5em; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 6px; font-size: 13px; }}
-th.v {{ writing-mode: vertical-rl; transform: rotate(180deg); white-space: nowrap; }}
 td.unreachable {{ background: #000; color: #fff; }}
 span.stale {{ color: #c62828; font-weight: normal; }}
-table.matrix td {{ color: #fff; }}
+table.matrix td {{ text-align: center; }}
+table.matrix td a {{ color: #fff; text-decoration: none; display: block; }}
+table.findings td {{ max-width: 40em; overflow-wrap: anywhere; }}
 </style></head><body>
 <h1>dltune report</h1>
 <p>{len(nodes)} node(s), {healthy} healthy (no fail, no error, reachable, valid and current).
-Generated {esc(generated)} by dltune {esc(__version__)}. Hover a cell for the summaries.</p>
+Generated {esc(generated)} by dltune {esc(__version__)}. Nodes with findings first; hover a cell for
+its area's checks, click it for the node's findings.</p>
 <table class="matrix"><tr><th>node</th>{head}</tr>{"".join(rows)}</table>
 <h2>Findings</h2>
-<table><tr><th>node</th><th>status</th><th>check</th><th>subject</th><th>summary</th><th>remedy</th>
-<th>evidence</th></tr>{"".join(findings) or '<tr><td colspan="7">none</td></tr>'}</table>
+<table class="findings"><tr><th>node</th><th>status</th><th>check</th><th>subject</th><th>summary</th>
+<th>remedy</th><th>evidence</th></tr>{"".join(findings) or '<tr><td colspan="7">none</td></tr>'}</table>
 <h2>Benchmarks</h2>{charts or "<p>no bench results in these reports</p>"}
 </body></html>
 """

@@ -24,7 +24,7 @@ class Status(str, enum.Enum):
         return self.value
 
 
-# Exit codes of `dltune audit` / `dltune bench` (DESIGN.md, "Exit codes").
+# Exit codes of every dltune command that judges (README, `dltune audit`; ARCHITECTURE.md).
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE_OR_ERROR = 2

@@ -6,7 +6,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -18,13 +18,41 @@ from dltune import SCHEMA_VERSION, __version__
 from dltune.model import Result, Status
 from dltune.text import visible
 
+# One order and one palette for every output (node table, cluster summary, HTML, Prometheus): findings
+# first, worst first. A fail is a judgement that something is wrong; an error, that it could not judge.
+STATUS_ORDER: tuple[Status, ...] = (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS, Status.SKIP)
 STATUS_STYLE = {
-    Status.PASS: "green",
-    Status.WARN: "yellow",
     Status.FAIL: "bold red",
-    Status.SKIP: "dim",
     Status.ERROR: "magenta",
+    Status.WARN: "yellow",
+    Status.PASS: "green",
+    Status.SKIP: "dim",
 }
+STATUS_COLOUR = {  # HTML
+    "fail": "#c62828",
+    "error": "#6a1b9a",
+    "warn": "#f9a825",
+    "pass": "#2e7d32",
+    "skip": "#9e9e9e",
+    "unreachable": "#000000",
+}
+FINDINGS = (Status.FAIL, Status.ERROR, Status.WARN)
+_RANK = {status.value: rank for rank, status in enumerate(STATUS_ORDER)}
+
+
+def status_rank(status: str | Status) -> int:
+    """Sort key: 0 for the worst status; an unknown one sorts with the worst."""
+    return _RANK.get(str(status), 0)
+
+
+def worst(statuses: Iterable[str | Status]) -> str | None:
+    found = {str(s) for s in statuses}
+    return next((s.value for s in STATUS_ORDER if s.value in found), None)
+
+
+def by_status(results: Sequence[Result]) -> list[Result]:
+    """Findings first, worst first; checks keep their order within a status."""
+    return sorted(results, key=lambda r: status_rank(r.status))
 
 
 def console(*, stderr: bool = False, width: int | None = None, soft_wrap: bool = False) -> Console:
@@ -78,36 +106,45 @@ def _rows(results: Sequence[Result]) -> list[tuple[Result, dict[str, Any], str, 
         elif key not in emitted:
             emitted.add(key)
             shown = r.to_dict()
-            examples = ", ".join(visible(m.subject or "") for m in members[:3])
+            others = ", ".join(visible(m.subject or "") for m in members[1:4])
             rows.append(
                 (
                     r,
                     shown,
-                    f"{len(members)} subjects ({examples}, ...)",
-                    f"{shown['summary']} (and {len(members) - 1} more)",
+                    f"{len(members)} subjects",
+                    f"{shown['summary']} (and {len(members) - 1} more: {others}, ...)",
                 )
             )
     return rows
 
 
-def render_human(results: Sequence[Result], console: Console, host: str, what: str = "audit") -> None:
-    """Every cell is plain Text: data such as a mount point /data/[bold]x is never read as markup."""
-    table = Table(title=Text(f"dltune {what} of {visible(host)}"), show_lines=False)
-    table.add_column("status")
-    table.add_column("check")
-    table.add_column("subject")
-    table.add_column("summary", overflow="fold")
-    table.add_column("remedy", overflow="fold")
-    for r, shown, subject, summary in _rows(results):
+def render_human(
+    results: Sequence[Result], console: Console, host: str, what: str = "audit", show_all: bool = False
+) -> None:
+    """Findings first (fail, error, warn), then passes; skips folded into one line unless ``show_all``.
+    The remedy sits under its summary, so the table reads at 100 columns. Every cell is plain Text:
+    data such as a mount point /data/[bold]x is never read as markup."""
+    shown = by_status([r for r in results if show_all or r.status is not Status.SKIP])
+    table = Table(title=Text(f"dltune {what} of {visible(host)}"), show_lines=False, title_justify="left")
+    table.add_column("status", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("subject", overflow="fold", max_width=28)
+    table.add_column("summary", overflow="fold", ratio=1)
+    for r, as_dict, subject, summary in _rows(shown):
+        cell = Text(summary)
+        if r.status in FINDINGS and as_dict["remedy"]:
+            cell.append("\nfix: " + as_dict["remedy"], style="italic")
         table.add_row(
-            Text(r.status.value.upper(), style=STATUS_STYLE[r.status]),
-            Text(r.id),
-            Text(subject),
-            Text(summary),
-            Text(shown["remedy"] if r.status not in (Status.PASS, Status.SKIP) and shown["remedy"] else ""),
+            Text(r.status.value.upper(), style=STATUS_STYLE[r.status]), Text(r.id), Text(subject), cell
         )
-    console.print(table)
-    counts = {s: sum(1 for r in results if r.status is s) for s in Status}
+    if shown:
+        console.print(table)
+    skipped = sum(1 for r in results if r.status is Status.SKIP)
+    if skipped and not show_all:
+        console.print(
+            Text(f"{skipped} skipped (not applicable on this node): `dltune {what} --all` lists them")
+        )
+    counts = {s: sum(1 for r in results if r.status is s) for s in STATUS_ORDER}
     console.print(Text(", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "no checks ran"))
 
 
@@ -125,7 +162,7 @@ def render_prometheus(results: Sequence[Result], now: datetime) -> str:
         "# HELP dltune_check_status Result of a dltune audit check: 1, labelled with its status.",
         "# TYPE dltune_check_status gauge",
     ]
-    shown = [r.to_dict() for r in results]
+    shown = [r.to_dict() for r in by_status(results)]
     for r in shown:
         lines.append(
             f'dltune_check_status{{id="{_label(r["id"])}",area="{_label(r["area"])}",'
@@ -142,7 +179,7 @@ def render_prometheus(results: Sequence[Result], now: datetime) -> str:
                 f'dltune_check_metric{{id="{_label(r["id"])}",subject="{_label(r["subject"])}",'
                 f'metric="{_label(name)}"}} {float(value)!r}'
             )
-    counts = {s: sum(1 for r in results if r.status is s) for s in Status}
+    counts = {s: sum(1 for r in results if r.status is s) for s in STATUS_ORDER}
     lines += [
         "# HELP dltune_checks Number of dltune check results by status.",
         "# TYPE dltune_checks gauge",

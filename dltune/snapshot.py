@@ -191,6 +191,8 @@ class Gpu:
     clock_event_reasons_later: int | None = None
     clock_event_share: dict[int, float] | None = None
     clock_window_s: float | None = None
+    # Compute processes on the GPU (a job's, or one left behind); None: NVML could not say.
+    compute_pids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from dltune.probes.storage import Space, space_at
+from dltune.probes.storage import Space, fstype_of, space_at
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tgz", ".tar")
 # Reserve kept free on the destination: another job on the node needs room too.
@@ -742,3 +742,34 @@ def _stage_file(job: _Job) -> Summary:
         summary.verified = True
     os.rename(job.partial, job.dest)
     return summary
+
+
+# --plan's thresholds: what fits in memory, what is worth staging, when many small files should be packed.
+MEMORY_GB, STAGE_GB = 10, 100
+PACK_FILES, PACK_MEAN_BYTES = 10_000, 1_000_000
+
+
+def plan_advice(src: Path) -> list[str]:
+    """Where a dataset should live during a job: in memory, staged to local disk, read from the shared
+    filesystem, and whether to pack it first."""
+    entries = [e for e in scan_tree(src) if e.kind == "file"] if src.is_dir() else []
+    size = sum(e.size for e in entries) if src.is_dir() else src.stat().st_size
+    count = len(entries) if src.is_dir() else 1
+    mean = size / count if count else 0
+    lines = [f"{src}: {size / 1e9:.2f} GB in {count} file(s), mean {mean / 1e3:.1f} kB, on {fstype_of(src)}"]
+    if src.is_dir() and count > PACK_FILES and mean < PACK_MEAN_BYTES:
+        lines.append(
+            "pack: many small files; keep them as one archive (tar or tar.zst) on the shared filesystem"
+            " and stage the archive: each node then extracts it once instead of opening every file over NFS"
+        )
+    if size <= MEMORY_GB * 1e9:
+        lines.append(
+            f"memory: up to ~{MEMORY_GB} GB fits in RAM; stage it (or load it into memory) at job start"
+        )
+    elif size <= STAGE_GB * 1e9:
+        lines.append("stage: copy it to $SLURM_TMPDIR at job start (`dltune stage SRC`)")
+    else:
+        lines.append(
+            f"shared: over ~{STAGE_GB} GB, read it from the shared filesystem (spread over the VIP mounts)"
+        )
+    return lines

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dltune.bench.specs import Spec, is_mig, spec_for
 from dltune.model import Result, Status
@@ -476,3 +477,171 @@ def judge_threads(cores: int, threads: int, processes: int) -> Result:
         else None,
         metrics={"cores": cores, "threads": threads},
     )
+
+
+def bench_gate(
+    audit: Sequence[Result],
+    busy_gpus: Mapping[int, Sequence[int]],
+    torch_installed: bool,
+    asked_not_to: bool,
+) -> Result | None:
+    """Why `dltune check` must not run the bench after its audit (None: it may). A bench on a node
+    whose audit failed critically measures a broken node; on a GPU a job is using, it disturbs the job
+    and measures a share of the card."""
+    if asked_not_to:
+        return Result("bench.run", Status.SKIP, "bench not run: --no-bench")
+    critical = sorted({r.id for r in audit if r.status is Status.FAIL and r.critical})
+    if critical:
+        return Result(
+            "bench.run",
+            Status.SKIP,
+            f"bench not run: critical check(s) failed: {', '.join(critical)}",
+            evidence={"critical_failures": critical},
+            remedy="fix the critical findings above, then rerun `dltune check`",
+        )
+    if busy_gpus:
+        described = "; ".join(
+            f"GPU {index}: pid {', '.join(map(str, pids))}" for index, pids in sorted(busy_gpus.items())
+        )
+        return Result(
+            "bench.run",
+            Status.SKIP,
+            f"bench not run: compute processes are running ({described}): a job is using the node",
+            evidence={"compute_pids": {str(i): list(p) for i, p in busy_gpus.items()}},
+            remedy="run `dltune check` when the node is idle (e.g. drained, or inside an exclusive job)",
+        )
+    if not torch_installed:
+        return Result(
+            "bench.run",
+            Status.SKIP,
+            "bench not run: PyTorch is not installed",
+            remedy="pip install 'dltune[bench]' (or use a Python environment that has torch)",
+        )
+    return None
+
+
+def judge_host_transfers(transfers: Sequence[Bandwidth] | None) -> list[Result]:
+    """Host-to-device and back; None on a CPU-only run, which has no such link."""
+    if transfers is None:
+        return [
+            Result(
+                "bench.host_transfer",
+                Status.SKIP,
+                "no GPU: host-to-device bandwidth needs one",
+                subject="cpu",
+            )
+        ]
+    return judge_bandwidth(transfers)
+
+
+def judge_compile(
+    eager_images_per_s: float, compiled_images_per_s: float | None, error: str | None
+) -> Result:
+    """torch.compile's gain over the eager step; neither rate nor error: it was not asked for."""
+    if error is not None:
+        return Result("bench.compile", Status.WARN, f"torch.compile failed: {error}"[:300])
+    if compiled_images_per_s is None:
+        return Result(
+            "bench.compile",
+            Status.SKIP,
+            "not measured: compiling takes minutes (run with --compile, without --quick)",
+        )
+    return judge_gain(
+        "bench.compile", "torch.compile of the training step", eager_images_per_s, compiled_images_per_s
+    )
+
+
+def judge_determinism_refused(message: str, variable_at_start: str | None, device: str) -> Result:
+    """The deterministic run raised: cuBLAS refusing for want of its variable is the node's fault; any
+    other refusal is an operation of dltune's own model without a deterministic kernel."""
+    evidence = {"CUBLAS_WORKSPACE_CONFIG_at_start": variable_at_start, "error": message[:1000]}
+    if "CUBLAS_WORKSPACE_CONFIG" in message:
+        return Result(
+            "bench.determinism",
+            Status.FAIL,
+            "deterministic run refused: cuBLAS needs CUBLAS_WORKSPACE_CONFIG set before the process starts",
+            subject=device,
+            evidence=evidence,
+            remedy="set CUBLAS_WORKSPACE_CONFIG=:4096:8 before the process starts (role dl_env)",
+        )
+    return Result(
+        "bench.determinism",
+        Status.ERROR,
+        f"the determinism model hit an operation without a deterministic implementation: {message}"[:300],
+        subject=device,
+        evidence=evidence,
+        remedy="report this as a dltune bug, with this JSON",
+    )
+
+
+def judge_torchrun_failed(summary: str, stderr: str) -> Result:
+    return Result(
+        "bench.allreduce",
+        Status.ERROR,
+        summary,
+        evidence={"stderr": stderr[-2000:]},
+        remedy="see the evidence (torchrun's stderr)",
+    )
+
+
+def _from_ddp(
+    world: int,
+    backend: str,
+    numbers: Mapping[str, Any],
+    scaling: float | None,
+    hosts: list[str] | None = None,
+) -> list[Result]:
+    """The all-reduce and scaling results of what rank 0 of dltune.bench.ddp wrote."""
+    return judge_allreduce(
+        world,
+        backend,
+        numbers["bytes"],
+        numbers["seconds"],
+        scaling,
+        hosts=hosts,
+        per_rank=numbers.get("seconds_per_rank"),
+    )
+
+
+def judge_data_parallel(
+    devices: list[str],
+    numbers: Mapping[str, Any] | None,
+    error: Result | None,
+    single_images_per_s: float,
+) -> list[Result]:
+    on_cpu = devices == ["cpu"]
+    world = 2 if on_cpu else len(devices)
+    if world < 2:
+        return [Result("bench.allreduce", Status.SKIP, "one GPU: no data-parallel to measure")]
+    if error is not None or numbers is None:
+        return [error or Result("bench.allreduce", Status.ERROR, "torchrun wrote no results")]
+    backend = "gloo" if on_cpu else "nccl"
+    if on_cpu:
+        # The CPU processes split one set of cores: compare with the one process that had them all.
+        scaling = numbers["images_per_s_total"] / single_images_per_s if single_images_per_s else None
+    else:
+        # n processes' total against n times what each process trained alone, in the same run.
+        baseline = numbers.get("baseline_images_per_s") or single_images_per_s
+        scaling = numbers["images_per_s_total"] / (world * baseline) if baseline else None
+    return _from_ddp(world, backend, numbers, scaling)
+
+
+def judge_multi_node(
+    hosts: list[str], node_rank: int, backend: str, numbers: Mapping[str, Any] | None, error: Result | None
+) -> list[Result]:
+    """The multi-node run as the first node reports it (or the failure of any node, as that node)."""
+    if error is not None:
+        return [
+            Result(
+                "bench.multinode_allreduce",
+                error.status,
+                f"the data-parallel run over {', '.join(hosts)} failed on {hosts[node_rank]}",
+                evidence=error.evidence,
+                remedy=error.remedy,
+            )
+        ]
+    if numbers is None:
+        return [Result("bench.multinode_allreduce", Status.ERROR, "torchrun wrote no results on node 0")]
+    world, baseline = numbers["world"], numbers["baseline_images_per_s"]
+    scaling = numbers["images_per_s_total"] / (world * baseline) if baseline else None
+    return _from_ddp(world, backend, numbers, scaling, hosts=numbers["hosts"])

@@ -17,7 +17,7 @@ from typing import Any
 
 from dltune.bench import judge
 from dltune.bench.measure import BenchError
-from dltune.model import Result, Status
+from dltune.model import Result
 from dltune.probes.watchdog import process_cmdlines
 
 DEFAULT_LOADER = "num_workers=0,pin_memory=False"
@@ -149,179 +149,171 @@ def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
     with tempfile.TemporaryDirectory(prefix="dltune-bench-") as scratch:
         step("preparing the dataset")
         dataset, described = _open_dataset(opts, size, Path(scratch), measure)
-        return _measure_all(opts, torch, measure, devices, size, dataset, described, step)
+        bench = _Bench(opts, torch, measure, devices, size, dataset, described, step)
+        return bench.measure_all()
 
 
-def _measure_all(
-    opts: Options,
-    torch: Any,
-    measure: Any,
-    devices: list[str],
-    size: dict[str, Any],
-    dataset: Any,
-    described: str,
-    step: Step,
-) -> list[Result]:
-    on_cpu = devices == ["cpu"]
-    first = devices[0]
-    results: list[Result] = []
-    processes = len(devices) if not on_cpu else 1
-    results.append(judge.judge_threads(measure.cpu_cores(), torch.get_num_threads(), processes))
+@dataclass
+class _Bench:
+    """One bench run: its sections in order, each one method that measures (measure.py) and hands the
+    numbers to judge.py. The sections share the synthetic training rate as their baseline."""
 
-    # Data-parallel first, while this process holds no CUDA context or cached memory on the GPUs its
-    # torchrun workers train on; on GPUs the workers also measure their own single-GPU baseline.
-    parallel: tuple[dict[str, Any] | None, Result | None] | None = None
-    if opts.data_parallel:
-        step("data-parallel")
-        parallel = start_data_parallel(devices, size)
+    opts: Options
+    torch: Any
+    measure: Any
+    devices: list[str]
+    size: dict[str, Any]
+    dataset: Any
+    described: str
+    step: Step
 
-    step("matmul")
-    samples = [
-        measure.matmul(torch, d, dtype, size["matmul_n"], size["min_run_time"])
-        for d in devices
-        for dtype in measure.matmul_dtypes(torch, d)
-    ]
-    results += judge.judge_matmul(samples)
+    @property
+    def on_cpu(self) -> bool:
+        return self.devices == ["cpu"]
 
-    step("memory bandwidth")
-    results += judge.judge_bandwidth(
-        [measure.copy_bandwidth(torch, d, size["copy_mb"], size["min_run_time"]) for d in devices]
-    )
-    if on_cpu:
-        results.append(
-            Result(
-                "bench.host_transfer",
-                Status.SKIP,
-                "no GPU: host-to-device bandwidth needs one",
-                subject="cpu",
+    @property
+    def first(self) -> str:
+        return self.devices[0]
+
+    @property
+    def common(self) -> dict[str, Any]:
+        return {k: self.size[k] for k in ("batch", "steps", "warmup", "image_size")}
+
+    def train(self, **options: Any) -> Any:
+        return self.measure.train(self.torch, self.first, self.size["model"], **self.common, **options)
+
+    def measure_all(self) -> list[Result]:
+        processes = 1 if self.on_cpu else len(self.devices)
+        results = [judge.judge_threads(self.measure.cpu_cores(), self.torch.get_num_threads(), processes)]
+        # Data-parallel first, while this process holds no CUDA context or cached memory on the GPUs its
+        # torchrun workers train on; on GPUs the workers also measure their own single-GPU baseline.
+        parallel = None
+        if self.opts.data_parallel:
+            self.step("data-parallel")
+            parallel = start_data_parallel(self.devices, self.size)
+        results += self.matmul() + self.bandwidth()
+        synthetic_results, synthetic = self.synthetic()
+        results += synthetic_results + self.gains(synthetic) + self.compiled(synthetic)
+        results += self.real_data(synthetic) + self.sweep() + self.determinism()
+        if parallel is not None:
+            results += judge.judge_data_parallel(
+                self.devices, *parallel, single_images_per_s=synthetic.images_per_s
             )
-        )
-    else:
-        results += judge.judge_bandwidth(
-            [b for d in devices for b in measure.host_transfers(torch, d, 256, size["min_run_time"])]
-        )
+        return results
 
-    common = {
-        "batch": size["batch"],
-        "steps": size["steps"],
-        "warmup": size["warmup"],
-        "image_size": size["image_size"],
-    }
-    step("training, synthetic data")
-    synthetic = measure.train(torch, first, size["model"], measure_power=not on_cpu, **common)
-    results.append(judge.judge_training(synthetic))
-    results.append(judge.judge_power(synthetic))
+    def matmul(self) -> list[Result]:
+        self.step("matmul")
+        samples = [
+            self.measure.matmul(self.torch, d, dtype, self.size["matmul_n"], self.size["min_run_time"])
+            for d in self.devices
+            for dtype in self.measure.matmul_dtypes(self.torch, d)
+        ]
+        return judge.judge_matmul(samples)
 
-    step("AMP and channels_last gains")
-    plain = measure.train(torch, first, size["model"], amp=False, channels_last=False, **common)
-    amp_only = measure.train(torch, first, size["model"], amp=True, channels_last=False, **common)
-    results.append(
-        judge.judge_gain(
-            "bench.amp", "autocast (mixed precision) over fp32", plain.images_per_s, amp_only.images_per_s
+    def bandwidth(self) -> list[Result]:
+        self.step("memory bandwidth")
+        seconds = self.size["min_run_time"]
+        copies = [
+            self.measure.copy_bandwidth(self.torch, d, self.size["copy_mb"], seconds) for d in self.devices
+        ]
+        transfers = (
+            None
+            if self.on_cpu
+            else [b for d in self.devices for b in self.measure.host_transfers(self.torch, d, 256, seconds)]
         )
-    )
-    results.append(
-        judge.judge_gain(
-            "bench.channels_last",
-            "channels_last over NCHW, with autocast",
-            amp_only.images_per_s,
-            synthetic.images_per_s,
-        )
-    )
-    if opts.compile and not opts.quick:
-        step("torch.compile")
+        return judge.judge_bandwidth(copies) + judge.judge_host_transfers(transfers)
+
+    def synthetic(self) -> tuple[list[Result], Any]:
+        self.step("training, synthetic data")
+        synthetic = self.train(measure_power=not self.on_cpu)
+        return [judge.judge_training(synthetic), judge.judge_power(synthetic)], synthetic
+
+    def gains(self, synthetic: Any) -> list[Result]:
+        self.step("AMP and channels_last gains")
+        plain = self.train(amp=False, channels_last=False)
+        amp_only = self.train(amp=True, channels_last=False)
+        return [
+            judge.judge_gain(
+                "bench.amp", "autocast (mixed precision) over fp32", plain.images_per_s, amp_only.images_per_s
+            ),
+            judge.judge_gain(
+                "bench.channels_last",
+                "channels_last over NCHW, with autocast",
+                amp_only.images_per_s,
+                synthetic.images_per_s,
+            ),
+        ]
+
+    def compiled(self, synthetic: Any) -> list[Result]:
+        if not self.opts.compile or self.opts.quick:
+            return [judge.judge_compile(synthetic.images_per_s, None, None)]
+        self.step("torch.compile")
         try:
-            compiled = measure.train(torch, first, size["model"], compile_model=True, **common)
-            results.append(
-                judge.judge_gain(
-                    "bench.compile",
-                    "torch.compile of the training step",
-                    synthetic.images_per_s,
-                    compiled.images_per_s,
-                )
-            )
+            compiled = self.train(compile_model=True)
         except Exception as exc:  # a compiler that cannot build here is a finding, not a crash
-            results.append(Result("bench.compile", Status.WARN, f"torch.compile failed: {exc}"[:300]))
-    else:
-        results.append(
-            Result(
-                "bench.compile",
-                Status.SKIP,
-                "not measured: compiling takes minutes (run with --compile, without --quick)",
-            )
+            return [judge.judge_compile(synthetic.images_per_s, None, str(exc))]
+        return [judge.judge_compile(synthetic.images_per_s, compiled.images_per_s, None)]
+
+    def workers(self) -> int:
+        return min(8, int(self.measure.cpu_cores()))
+
+    def real_data(self, synthetic: Any) -> list[Result]:
+        self.step("training, real data")
+        workers = self.workers()
+        loader = self.measure.loader_for(
+            self.torch,
+            self.dataset,
+            self.size["batch"],
+            num_workers=workers,
+            pin_memory=not self.on_cpu,
+            persistent_workers=True,
         )
+        real = self.train(loader=loader)
+        epochs = self.size["batch"] * (self.size["warmup"] + self.size["steps"]) / len(self.dataset)
+        real.settings.update(
+            num_workers=workers, dataset=self.described, images=len(self.dataset), epochs=round(epochs, 2)
+        )
+        return [judge.judge_training(real), judge.judge_input_gap(synthetic, real, workers)]
 
-    workers = min(8, measure.cpu_cores())
-    step("training, real data")
-    loader = measure.loader_for(
-        torch, dataset, size["batch"], num_workers=workers, pin_memory=not on_cpu, persistent_workers=True
-    )
-    real = measure.train(torch, first, size["model"], loader=loader, **common)
-    epochs = size["batch"] * (size["warmup"] + size["steps"]) / len(dataset)
-    real.settings.update(num_workers=workers, dataset=described, images=len(dataset), epochs=round(epochs, 2))
-    results.append(judge.judge_training(real))
-    results.append(judge.judge_input_gap(synthetic, real, workers))
-
-    if opts.dataloader_sweep:
-        step("DataLoader sweep")
+    def sweep(self) -> list[Result]:
+        if not self.opts.dataloader_sweep:
+            return []
+        self.step("DataLoader sweep")
         rates: dict[str, float] = {}
-        worker_options = sorted({0, min(2, workers), workers})
-        for num_workers in worker_options:
-            for pin in (False, True) if not on_cpu else (False,):
+        workers = self.workers()
+        for num_workers in sorted({0, min(2, workers), workers}):
+            for pin in (False,) if self.on_cpu else (False, True):
                 for persistent, prefetch in ((False, None),) if num_workers == 0 else ((True, 2), (True, 4)):
                     key = f"num_workers={num_workers},pin_memory={pin}"
                     if num_workers:
                         key += f",persistent_workers={persistent},prefetch_factor={prefetch}"
-                    sweep_loader = measure.loader_for(
-                        torch,
-                        dataset,
-                        size["batch"],
+                    loader = self.measure.loader_for(
+                        self.torch,
+                        self.dataset,
+                        self.size["batch"],
                         num_workers=num_workers,
                         pin_memory=pin,
                         persistent_workers=persistent,
                         prefetch_factor=prefetch,
                     )
-                    rates[key] = measure.loader_rate(torch, sweep_loader, first, size["sweep_batches"])
-        results.append(judge.judge_sweep(rates, DEFAULT_LOADER))
+                    rates[key] = self.measure.loader_rate(
+                        self.torch, loader, self.first, self.size["sweep_batches"]
+                    )
+        return [judge.judge_sweep(rates, DEFAULT_LOADER)]
 
-    if opts.determinism:
-        step("determinism")
-        results.append(_determinism(torch, measure, first))
-
-    if parallel is not None:
-        results += judge_data_parallel(devices, *parallel, single_images_per_s=synthetic.images_per_s)
-    return results
-
-
-def _determinism(torch: Any, measure: Any, device: str) -> Result:
-    at_start = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    try:
-        one = measure.determinism_losses(torch, device, seed=1234, perturb=False)
-        two = measure.determinism_losses(torch, device, seed=1234, perturb=False)
-        control = measure.determinism_losses(torch, device, seed=1234, perturb=True)
-    except RuntimeError as exc:
-        message = str(exc)
-        evidence = {"CUBLAS_WORKSPACE_CONFIG_at_start": at_start, "error": message[:1000]}
-        if "CUBLAS_WORKSPACE_CONFIG" in message:  # cuBLAS refused: the variable was missing at start
-            return Result(
-                "bench.determinism",
-                Status.FAIL,
-                "deterministic run refused: cuBLAS needs CUBLAS_WORKSPACE_CONFIG set before the process "
-                "starts",
-                subject=device,
-                evidence=evidence,
-                remedy="set CUBLAS_WORKSPACE_CONFIG=:4096:8 before the process starts (role dl_env)",
-            )
-        # Any other refusal is an operation of dltune's own model without a deterministic kernel.
-        return Result(
-            "bench.determinism",
-            Status.ERROR,
-            f"the determinism model hit an operation without a deterministic implementation: {message}"[:300],
-            subject=device,
-            evidence=evidence,
-            remedy="report this as a dltune bug, with this JSON",
-        )
-    return judge.judge_determinism(one == two, control != one, at_start, device)
+    def determinism(self) -> list[Result]:
+        if not self.opts.determinism:
+            return []
+        self.step("determinism")
+        at_start = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        losses = self.measure.determinism_losses
+        try:
+            one = losses(self.torch, self.first, seed=1234, perturb=False)
+            two = losses(self.torch, self.first, seed=1234, perturb=False)
+            control = losses(self.torch, self.first, seed=1234, perturb=True)
+        except RuntimeError as exc:
+            return [judge.judge_determinism_refused(str(exc), at_start, self.first)]
+        return [judge.judge_determinism(one == two, control != one, at_start, self.first)]
 
 
 def _processes_naming(marker: str) -> list[int]:
@@ -413,13 +405,7 @@ def _torchrun(
                 f"the data-parallel run timed out after {timeout:.0f} s (its workers stopped)",
             )
         if failed:
-            return None, Result(
-                "bench.allreduce",
-                Status.ERROR,
-                summary,
-                evidence={"stderr": str(stderr)[-2000:]},
-                remedy="see the evidence (torchrun's stderr)",
-            )
+            return None, judge.judge_torchrun_failed(summary, str(stderr))
         return (json.loads(out.read_text()) if out.exists() else None), None
 
 
@@ -444,46 +430,8 @@ def start_data_parallel(
     )
 
 
-def judge_data_parallel(
-    devices: list[str],
-    numbers: dict[str, Any] | None,
-    error: Result | None,
-    single_images_per_s: float,
-) -> list[Result]:
-    on_cpu = devices == ["cpu"]
-    world = 2 if on_cpu else len(devices)
-    if world < 2:
-        return [Result("bench.allreduce", Status.SKIP, "one GPU: no data-parallel to measure")]
-    if error is not None or numbers is None:
-        return [error or Result("bench.allreduce", Status.ERROR, "torchrun wrote no results")]
-    backend = "gloo" if on_cpu else "nccl"
-    if on_cpu:
-        # The CPU processes split one set of cores: compare with the one process that had them all.
-        scaling = numbers["images_per_s_total"] / single_images_per_s if single_images_per_s else None
-    else:
-        # n processes' total against n times what each process trained alone, in the same run.
-        baseline = numbers.get("baseline_images_per_s") or single_images_per_s
-        scaling = numbers["images_per_s_total"] / (world * baseline) if baseline else None
-    return _judge_numbers(world, backend, numbers, scaling)
-
-
-def _judge_numbers(
-    world: int, backend: str, numbers: dict[str, Any], scaling: float | None, hosts: list[str] | None = None
-) -> list[Result]:
-    """The all-reduce and scaling results of what rank 0 of dltune.bench.ddp wrote."""
-    return judge.judge_allreduce(
-        world,
-        backend,
-        numbers["bytes"],
-        numbers["seconds"],
-        scaling,
-        hosts=hosts,
-        per_rank=numbers.get("seconds_per_rank"),
-    )
-
-
 def data_parallel(devices: list[str], size: dict[str, Any], single_images_per_s: float) -> list[Result]:
-    return judge_data_parallel(devices, *start_data_parallel(devices, size), single_images_per_s)
+    return judge.judge_data_parallel(devices, *start_data_parallel(devices, size), single_images_per_s)
 
 
 @dataclass(frozen=True)
@@ -562,21 +510,6 @@ def run_multi_node(opts: Options, step: Step = lambda _s: None) -> list[Result] 
         f"--master_port={slurm.port}",
     ]
     numbers, error = _torchrun(placement, backend, size, baseline=True, env=env)
-    if error is not None:
-        return [
-            Result(
-                "bench.multinode_allreduce",
-                error.status,
-                f"the data-parallel run over {', '.join(slurm.hosts)} failed on "
-                f"{slurm.hosts[slurm.node_rank]}",
-                evidence=error.evidence,
-                remedy=error.remedy,
-            )
-        ]
-    if slurm.node_rank != 0:
+    if error is None and slurm.node_rank != 0:
         return None
-    if numbers is None:
-        return [Result("bench.multinode_allreduce", Status.ERROR, "torchrun wrote no results on node 0")]
-    world, baseline = numbers["world"], numbers["baseline_images_per_s"]
-    scaling = numbers["images_per_s_total"] / (world * baseline) if baseline else None
-    return _judge_numbers(world, backend, numbers, scaling, hosts=numbers["hosts"])
+    return judge.judge_multi_node(slurm.hosts, slurm.node_rank, backend, numbers, error)

@@ -34,16 +34,6 @@ class Spec:
     achievable: float = DEFAULT_ACHIEVABLE  # fraction of the dense peak a healthy card reaches
     achievable_source: str = NO_MEASUREMENT
 
-    def scaled(self, factor: float) -> Spec:
-        """A card `factor` times as fast (tests use it for a synthetic slow or fast GPU)."""
-        return Spec(
-            self.model,
-            {k: v * factor for k, v in self.tflops.items()},
-            self.memory_gb_s * factor if self.memory_gb_s else None,
-            self.achievable,
-            self.achievable_source,
-        )
-
     def achievable_tflops(self, dtype: str) -> float | None:
         peak = self.tflops.get(dtype)
         return peak * self.achievable if peak else None

@@ -13,7 +13,6 @@ from dltune.snapshot import Snapshot
 
 CUBLAS = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_FORM = re.compile(r"^(:[1-9][0-9]*:[1-9][0-9]*)+$")
-RECOMMENDED_CUBLAS = (":4096:8", ":16:8")
 
 
 def _manifest(snap: Snapshot) -> Mapping[str, Any]:

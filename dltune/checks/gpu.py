@@ -4,7 +4,8 @@ hide the others. Fields a GPU does not support give ``skip``."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from dltune.checks import check
@@ -38,7 +39,19 @@ def _unavailable(check_id: str, snap: Snapshot) -> Result:
     return Result(check_id, Status.SKIP, f"NVML not available ({snap.nvml.error})")
 
 
-def _per_gpu(check_id: str, snap: Snapshot, judge: Callable[[Gpu], Result]) -> list[Result]:
+@dataclass(frozen=True)
+class Verdict:
+    """A per-GPU judgement; _per_gpu makes it the check's Result for that GPU."""
+
+    status: Status
+    summary: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    remedy: str | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    critical: bool = False
+
+
+def _per_gpu(check_id: str, snap: Snapshot, judge: Callable[[Gpu], Verdict]) -> list[Result]:
     if not snap.nvml.available:
         return [_unavailable(check_id, snap)]
     if not snap.nvml.gpus:
@@ -50,9 +63,22 @@ def _per_gpu(check_id: str, snap: Snapshot, judge: Callable[[Gpu], Result]) -> l
         if g.error is not None
         else Result(check_id, Status.SKIP, _unreadable_summary(g), subject=_subject(g))
         if g.unreadable is not None
-        else judge(g)
+        else _result(check_id, g, judge(g))
         for g in snap.nvml.gpus
     ]
+
+
+def _result(check_id: str, gpu: Gpu, verdict: Verdict) -> Result:
+    return Result(
+        check_id,
+        verdict.status,
+        verdict.summary,
+        subject=_subject(gpu),
+        evidence=verdict.evidence,
+        remedy=verdict.remedy,
+        metrics=verdict.metrics,
+        critical=verdict.critical,
+    )
 
 
 def _unreadable_summary(gpu: Gpu) -> str:
@@ -118,54 +144,42 @@ def present(snap: Snapshot) -> list[Result]:
     return results
 
 
-@check("gpu.ecc")
-def ecc(snap: Snapshot) -> list[Result]:
-    def judge(g: Gpu) -> Result:
-        evidence = {
-            "uncorrected_volatile": g.ecc_uncorrected_volatile,
-            "remap_pending": g.remapped_rows_pending,
-            "remap_failure": g.remapped_rows_failure,
-        }
-        if g.ecc_uncorrected_volatile is None and g.remapped_rows_failure is None:
-            return Result("gpu.ecc", Status.SKIP, "ECC and row remapping not supported", subject=_subject(g))
-        if g.remapped_rows_failure:
-            return Result(
-                "gpu.ecc",
-                Status.FAIL,
-                "row remapping failed: the GPU needs replacing",
-                subject=_subject(g),
-                evidence=evidence,
-                critical=True,
-                remedy="drain and RMA the GPU",
-            )
-        if g.ecc_uncorrected_volatile:
-            return Result(
-                "gpu.ecc",
-                Status.FAIL,
-                f"{g.ecc_uncorrected_volatile} uncorrected ECC errors since boot",
-                subject=_subject(g),
-                evidence=evidence,
-                critical=True,
-                remedy="drain the node, reset the GPU; replace it if errors come back",
-            )
-        if g.remapped_rows_pending:
-            return Result(
-                "gpu.ecc",
-                Status.WARN,
-                "a row remap is pending until the GPU is reset",
-                subject=_subject(g),
-                evidence=evidence,
-                remedy="reset the GPU or reboot when idle",
-            )
-        return Result(
-            "gpu.ecc",
-            Status.PASS,
-            "no uncorrected ECC errors, no remap pending",
-            subject=_subject(g),
+def _judge_ecc(g: Gpu) -> Verdict:
+    evidence = {
+        "uncorrected_volatile": g.ecc_uncorrected_volatile,
+        "remap_pending": g.remapped_rows_pending,
+        "remap_failure": g.remapped_rows_failure,
+    }
+    if g.ecc_uncorrected_volatile is None and g.remapped_rows_failure is None:
+        return Verdict(Status.SKIP, "ECC and row remapping not supported")
+    if g.remapped_rows_failure:
+        return Verdict(
+            Status.FAIL,
+            "row remapping failed: the GPU needs replacing",
             evidence=evidence,
+            critical=True,
+            remedy="drain and RMA the GPU",
         )
-
-    return _per_gpu("gpu.ecc", snap, judge)
+    if g.ecc_uncorrected_volatile:
+        return Verdict(
+            Status.FAIL,
+            f"{g.ecc_uncorrected_volatile} uncorrected ECC errors since boot",
+            evidence=evidence,
+            critical=True,
+            remedy="drain the node, reset the GPU; replace it if errors come back",
+        )
+    if g.remapped_rows_pending:
+        return Verdict(
+            Status.WARN,
+            "a row remap is pending until the GPU is reset",
+            evidence=evidence,
+            remedy="reset the GPU or reboot when idle",
+        )
+    return Verdict(
+        Status.PASS,
+        "no uncorrected ECC errors, no remap pending",
+        evidence=evidence,
+    )
 
 
 def _idle(gpu: Gpu) -> bool | None:
@@ -177,50 +191,42 @@ def _idle(gpu: Gpu) -> bool | None:
     return None
 
 
-@check("gpu.pcie")
-def pcie(snap: Snapshot) -> list[Result]:
-    def judge(g: Gpu) -> Result:
-        evidence = {
-            "gen": g.pcie_gen,
-            "gen_max": g.pcie_gen_max,
-            "width": g.pcie_width,
-            "width_max": g.pcie_width_max,
-        }
-        if None in (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max):
-            return Result("gpu.pcie", Status.SKIP, "PCIe link not reported", subject=_subject(g))
-        link = f"Gen{g.pcie_gen} x{g.pcie_width} (max Gen{g.pcie_gen_max} x{g.pcie_width_max})"
-        if g.pcie_width < g.pcie_width_max:  # type: ignore[operator]
-            return Result(
-                "gpu.pcie",
-                Status.FAIL,
-                f"link trained narrow: {link}",
-                subject=_subject(g),
-                evidence=evidence,
-                remedy="reseat the GPU or riser; check the slot and BIOS settings",
-            )
-        idle = _idle(g)
-        evidence["idle"] = idle
-        lowered = g.pcie_gen < g.pcie_gen_max  # type: ignore[operator]
-        if lowered and idle is False:
-            return Result(
-                "gpu.pcie",
-                Status.WARN,
-                f"link below its generation under load: {link}",
-                subject=_subject(g),
-                evidence=evidence,
-                remedy="check BIOS PCIe speed and the riser",
-            )
-        note = ""
-        if lowered:
-            note = (
-                " (idle GPUs lower the generation to save power)"
-                if idle
-                else " (the generation is lowered; whether the GPU is idle is not reported: rerun "
-                "`dltune audit --only gpu` while it trains to judge it)"
-            )
-        return Result("gpu.pcie", Status.PASS, f"{link}{note}", subject=_subject(g), evidence=evidence)
-
-    return _per_gpu("gpu.pcie", snap, judge)
+def _judge_pcie(g: Gpu) -> Verdict:
+    evidence = {
+        "gen": g.pcie_gen,
+        "gen_max": g.pcie_gen_max,
+        "width": g.pcie_width,
+        "width_max": g.pcie_width_max,
+    }
+    if None in (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max):
+        return Verdict(Status.SKIP, "PCIe link not reported")
+    link = f"Gen{g.pcie_gen} x{g.pcie_width} (max Gen{g.pcie_gen_max} x{g.pcie_width_max})"
+    if g.pcie_width < g.pcie_width_max:  # type: ignore[operator]
+        return Verdict(
+            Status.FAIL,
+            f"link trained narrow: {link}",
+            evidence=evidence,
+            remedy="reseat the GPU or riser; check the slot and BIOS settings",
+        )
+    idle = _idle(g)
+    evidence["idle"] = idle
+    lowered = g.pcie_gen < g.pcie_gen_max  # type: ignore[operator]
+    if lowered and idle is False:
+        return Verdict(
+            Status.WARN,
+            f"link below its generation under load: {link}",
+            evidence=evidence,
+            remedy="check BIOS PCIe speed and the riser",
+        )
+    note = ""
+    if lowered:
+        note = (
+            " (idle GPUs lower the generation to save power)"
+            if idle
+            else " (the generation is lowered; whether the GPU is idle is not reported: rerun "
+            "`dltune audit --only gpu` while it trains to judge it)"
+        )
+    return Verdict(Status.PASS, f"{link}{note}", evidence=evidence)
 
 
 def _share_text(share: float | None, window: float | None) -> str:
@@ -229,172 +235,162 @@ def _share_text(share: float | None, window: float | None) -> str:
     return f"{share:.0%} of a {window:g} s window"
 
 
-@check("gpu.clocks")
-def clocks(snap: Snapshot) -> list[Result]:
+def _judge_clocks(g: Gpu) -> Verdict:
     """What held the clocks over a short window, not one instantaneous mask: NVML's clock-event counters
     give each reason's share of the window (older drivers: the mask read at both ends). A hardware
     slowdown that persists is critical; one seen in passing is a warning. A software power cap is the
     normal state of a loaded A100/H100; it is a finding only where the power limit was lowered."""
+    first = g.clock_event_reasons
+    if first is None:
+        return Verdict(Status.SKIP, "clock event reasons not supported")
+    later = g.clock_event_reasons_later if g.clock_event_reasons_later is not None else first
+    share = g.clock_event_share or {}
+    seen_mask = first | later
+    names = [name for bit, name in REASON_NAMES.items() if seen_mask & bit]
+    evidence: dict[str, Any] = {
+        "reasons": names,
+        "mask": hex(first),
+        "mask_later": hex(later),
+        "window_s": g.clock_window_s,
+        "share_of_window": {REASON_NAMES[bit]: round(v, 3) for bit, v in sorted(share.items())}
+        if g.clock_event_share is not None
+        else None,
+        "power_limit_w": g.power_limit_w,
+        "power_default_limit_w": g.power_default_limit_w,
+    }
 
-    def judge(g: Gpu) -> Result:
-        first = g.clock_event_reasons
-        if first is None:
-            return Result("gpu.clocks", Status.SKIP, "clock event reasons not supported", subject=_subject(g))
-        later = g.clock_event_reasons_later if g.clock_event_reasons_later is not None else first
-        share = g.clock_event_share or {}
-        seen_mask = first | later
-        names = [name for bit, name in REASON_NAMES.items() if seen_mask & bit]
-        evidence: dict[str, Any] = {
-            "reasons": names,
-            "mask": hex(first),
-            "mask_later": hex(later),
-            "window_s": g.clock_window_s,
-            "share_of_window": {REASON_NAMES[bit]: round(v, 3) for bit, v in sorted(share.items())}
-            if g.clock_event_share is not None
-            else None,
-            "power_limit_w": g.power_limit_w,
-            "power_default_limit_w": g.power_default_limit_w,
-        }
+    def persists(bit: int) -> bool:
+        if bit in share:
+            return share[bit] >= SUSTAINED_SHARE
+        return bool(first & bit) and bool(later & bit)
 
-        def persists(bit: int) -> bool:
-            if bit in share:
-                return share[bit] >= SUSTAINED_SHARE
-            return bool(first & bit) and bool(later & bit)
+    def seen(bit: int) -> bool:
+        return bool(seen_mask & bit) or share.get(bit, 0.0) > 0
 
-        def seen(bit: int) -> bool:
-            return bool(seen_mask & bit) or share.get(bit, 0.0) > 0
-
-        def label(bits: list[int]) -> str:
-            return ", ".join(
-                f"{REASON_NAMES[bit]} ({_share_text(share.get(bit), g.clock_window_s)})" for bit in bits
-            )
-
-        hardware = [bit for bit in (HW_SLOWDOWN, HW_THERMAL, HW_POWER_BRAKE) if seen(bit)]
-        held = [bit for bit in hardware if persists(bit)]
-        if held:
-            return Result(
-                "gpu.clocks",
-                Status.FAIL,
-                f"clocks held down by hardware: {label(held)}",
-                subject=_subject(g),
-                evidence=evidence,
-                critical=True,
-                remedy="check cooling, power supply and the PSU/power brake cabling",
-            )
-        if hardware:
-            return Result(
-                "gpu.clocks",
-                Status.WARN,
-                f"hardware slowdown seen but not sustained: {', '.join(REASON_NAMES[b] for b in hardware)}",
-                subject=_subject(g),
-                evidence=evidence,
-                remedy="rerun `dltune audit --only gpu`; if it recurs, check cooling and power cabling",
-            )
-        if persists(SW_THERMAL):
-            return Result(
-                "gpu.clocks",
-                Status.WARN,
-                f"clocks held down: {label([SW_THERMAL])}",
-                subject=_subject(g),
-                evidence=evidence,
-                remedy="check airflow and inlet temperature (nvidia-smi -q -d TEMPERATURE)",
-            )
-        lowered = (
-            g.power_limit_w is not None
-            and g.power_default_limit_w is not None
-            and g.power_limit_w < g.power_default_limit_w * 0.98
+    def label(bits: list[int]) -> str:
+        return ", ".join(
+            f"{REASON_NAMES[bit]} ({_share_text(share.get(bit), g.clock_window_s)})" for bit in bits
         )
-        if seen(SW_POWER_CAP) and lowered:
-            return Result(
-                "gpu.clocks",
-                Status.WARN,
-                f"held at a power limit lowered to {g.power_limit_w:.0f} W "
-                f"(default {g.power_default_limit_w:.0f} W): {label([SW_POWER_CAP])}",
-                subject=_subject(g),
-                evidence=evidence,
-                remedy="restore the default power limit (nvidia-smi -pl) unless it was lowered on purpose",
-            )
-        summary = (
-            "at its power limit (the normal state of a loaded GPU)"
-            if seen(SW_POWER_CAP)
-            else f"clocks free ({', '.join(names) or 'busy'})"
+
+    hardware = [bit for bit in (HW_SLOWDOWN, HW_THERMAL, HW_POWER_BRAKE) if seen(bit)]
+    held = [bit for bit in hardware if persists(bit)]
+    if held:
+        return Verdict(
+            Status.FAIL,
+            f"clocks held down by hardware: {label(held)}",
+            evidence=evidence,
+            critical=True,
+            remedy="check cooling, power supply and the PSU/power brake cabling",
         )
-        return Result("gpu.clocks", Status.PASS, summary, subject=_subject(g), evidence=evidence)
+    if hardware:
+        return Verdict(
+            Status.WARN,
+            f"hardware slowdown seen but not sustained: {', '.join(REASON_NAMES[b] for b in hardware)}",
+            evidence=evidence,
+            remedy="rerun `dltune audit --only gpu`; if it recurs, check cooling and power cabling",
+        )
+    if persists(SW_THERMAL):
+        return Verdict(
+            Status.WARN,
+            f"clocks held down: {label([SW_THERMAL])}",
+            evidence=evidence,
+            remedy="check airflow and inlet temperature (nvidia-smi -q -d TEMPERATURE)",
+        )
+    lowered = (
+        g.power_limit_w is not None
+        and g.power_default_limit_w is not None
+        and g.power_limit_w < g.power_default_limit_w * 0.98
+    )
+    if seen(SW_POWER_CAP) and lowered:
+        return Verdict(
+            Status.WARN,
+            f"held at a power limit lowered to {g.power_limit_w:.0f} W "
+            f"(default {g.power_default_limit_w:.0f} W): {label([SW_POWER_CAP])}",
+            evidence=evidence,
+            remedy="restore the default power limit (nvidia-smi -pl) unless it was lowered on purpose",
+        )
+    summary = (
+        "at its power limit (the normal state of a loaded GPU)"
+        if seen(SW_POWER_CAP)
+        else f"clocks free ({', '.join(names) or 'busy'})"
+    )
+    return Verdict(Status.PASS, summary, evidence=evidence)
 
-    return _per_gpu("gpu.clocks", snap, judge)
 
-
-@check("gpu.thermal_power")
-def thermal_power(snap: Snapshot) -> list[Result]:
-    def judge(g: Gpu) -> Result:
-        metrics = {
-            k: float(v)
-            for k, v in (
-                ("temperature_c", g.temperature_c),
-                ("power_w", g.power_w),
-                ("power_limit_w", g.power_limit_w),
-            )
-            if v is not None
-        }
-        evidence = {
-            "temperature_c": g.temperature_c,
-            "slowdown_c": g.slowdown_c,
-            "power_w": g.power_w,
-            "power_limit_w": g.power_limit_w,
-        }
-        problems = []
-        if (
-            g.temperature_c is not None
-            and g.slowdown_c
-            and g.temperature_c >= g.slowdown_c - THERMAL_MARGIN_C
-        ):
-            problems.append(f"{g.temperature_c} °C, slowdown at {g.slowdown_c} °C")
-        if g.power_w is not None and g.power_limit_w and g.power_w > g.power_limit_w * 1.02:
-            problems.append(f"{g.power_w:.0f} W over its {g.power_limit_w:.0f} W limit")
-        if problems:
-            return Result(
-                "gpu.thermal_power",
-                Status.WARN,
-                "; ".join(problems),
-                subject=_subject(g),
-                evidence=evidence,
-                metrics=metrics,
-                remedy="check cooling and airflow",
-            )
-        if not metrics:
-            return Result(
-                "gpu.thermal_power", Status.SKIP, "temperature and power not reported", subject=_subject(g)
-            )
-        return Result(
-            "gpu.thermal_power",
-            Status.PASS,
-            f"{g.temperature_c} °C, {g.power_w or 0:.0f} W",
-            subject=_subject(g),
+def _judge_thermal_power(g: Gpu) -> Verdict:
+    metrics = {
+        k: float(v)
+        for k, v in (
+            ("temperature_c", g.temperature_c),
+            ("power_w", g.power_w),
+            ("power_limit_w", g.power_limit_w),
+        )
+        if v is not None
+    }
+    evidence = {
+        "temperature_c": g.temperature_c,
+        "slowdown_c": g.slowdown_c,
+        "power_w": g.power_w,
+        "power_limit_w": g.power_limit_w,
+    }
+    problems = []
+    if g.temperature_c is not None and g.slowdown_c and g.temperature_c >= g.slowdown_c - THERMAL_MARGIN_C:
+        problems.append(f"{g.temperature_c} °C, slowdown at {g.slowdown_c} °C")
+    if g.power_w is not None and g.power_limit_w and g.power_w > g.power_limit_w * 1.02:
+        problems.append(f"{g.power_w:.0f} W over its {g.power_limit_w:.0f} W limit")
+    if problems:
+        return Verdict(
+            Status.WARN,
+            "; ".join(problems),
             evidence=evidence,
             metrics=metrics,
+            remedy="check cooling and airflow",
         )
+    if not metrics:
+        return Verdict(Status.SKIP, "temperature and power not reported")
+    return Verdict(
+        Status.PASS,
+        f"{g.temperature_c} °C, {g.power_w or 0:.0f} W",
+        evidence=evidence,
+        metrics=metrics,
+    )
 
-    return _per_gpu("gpu.thermal_power", snap, judge)
+
+def _judge_persistence(g: Gpu) -> Verdict:
+    if g.persistence is None:
+        return Verdict(Status.SKIP, "persistence mode not supported")
+    if not g.persistence:
+        return Verdict(
+            Status.WARN,
+            "persistence mode is off: every job start pays the driver's initialisation",
+            remedy="apply role nvidia_driver (enables nvidia-persistenced)",
+        )
+    return Verdict(Status.PASS, "persistence mode on")
 
 
-@check("gpu.persistence")
-def persistence(snap: Snapshot) -> list[Result]:
-    def judge(g: Gpu) -> Result:
-        if g.persistence is None:
-            return Result(
-                "gpu.persistence", Status.SKIP, "persistence mode not supported", subject=_subject(g)
-            )
-        if not g.persistence:
-            return Result(
-                "gpu.persistence",
-                Status.WARN,
-                "persistence mode is off: every job start pays the driver's initialisation",
-                subject=_subject(g),
-                remedy="apply role nvidia_driver (enables nvidia-persistenced)",
-            )
-        return Result("gpu.persistence", Status.PASS, "persistence mode on", subject=_subject(g))
+# The per-GPU checks: one judge each, run on every GPU that answers (see _per_gpu).
+PER_GPU: dict[str, Callable[[Gpu], Verdict]] = {
+    "gpu.ecc": _judge_ecc,
+    "gpu.pcie": _judge_pcie,
+    "gpu.clocks": _judge_clocks,
+    "gpu.thermal_power": _judge_thermal_power,
+    "gpu.persistence": _judge_persistence,
+}
 
-    return _per_gpu("gpu.persistence", snap, judge)
+
+def _per_gpu_check(check_id: str) -> Callable[[Snapshot], list[Result]]:
+    def run(snap: Snapshot) -> list[Result]:
+        return _per_gpu(check_id, snap, PER_GPU[check_id])
+
+    run.__name__ = check_id.split(".")[1]
+    return check(check_id)(run)  # type: ignore[return-value]
+
+
+ecc = _per_gpu_check("gpu.ecc")
+pcie = _per_gpu_check("gpu.pcie")
+clocks = _per_gpu_check("gpu.clocks")
+thermal_power = _per_gpu_check("gpu.thermal_power")
+persistence = _per_gpu_check("gpu.persistence")
 
 
 # NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), column

@@ -1,4 +1,5 @@
-"""Area ``storage``: local filesystems (tmpfs /tmp here; data disks join in a later issue)."""
+"""Area ``storage``: local filesystems: /tmp on tmpfs, the data disks (fstab by UUID, noatime, space),
+and whether the mount table and fstab could be read and parsed."""
 
 from __future__ import annotations
 

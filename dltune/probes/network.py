@@ -26,11 +26,6 @@ def route_to(runner: CommandRunner, address: str) -> RouteChoice:
     return RouteChoice(dev if isinstance(dev, str) else None, prefsrc if isinstance(prefsrc, str) else None)
 
 
-def probe_responsive(path: str, timeout: float, argv: Sequence[str] | None = None) -> Responsiveness:
-    """statfs() one mount point in a child process that is killed after ``timeout`` seconds."""
-    return probe_responsive_many([path], timeout, None if argv is None else {path: argv})[path]
-
-
 def probe_responsive_many(
     paths: Sequence[str], timeout: float, argv: Mapping[str, Sequence[str]] | None = None
 ) -> dict[str, Responsiveness]:

@@ -88,6 +88,8 @@ def _from_json(data: dict[str, Any]) -> NvmlState:
         share = gpu.get("clock_event_share")
         if share is not None:  # JSON keys are strings
             gpu["clock_event_share"] = {int(bit): value for bit, value in share.items()}
+        if gpu.get("compute_pids") is not None:
+            gpu["compute_pids"] = tuple(gpu["compute_pids"])
         gpus.append(Gpu(**gpu))
     return NvmlState(**data, gpus=tuple(gpus))
 
@@ -208,6 +210,7 @@ def _gpu(pynvml: Any, index: int) -> tuple[Gpu, Any, dict[int, int] | None]:
     persistence = field(pynvml.nvmlDeviceGetPersistenceMode)
     name = field(pynvml.nvmlDeviceGetName)
     uuid = field(pynvml.nvmlDeviceGetUUID)
+    processes = field(pynvml.nvmlDeviceGetComputeRunningProcesses)
     gpu = Gpu(
         index=index,
         name=_text(name) if name is not None else None,
@@ -233,6 +236,7 @@ def _gpu(pynvml: Any, index: int) -> tuple[Gpu, Any, dict[int, int] | None]:
         remapped_rows_failure=None if remapped is None else bool(remapped[3]),
         utilization_percent=None if utilization is None else int(utilization.gpu),
         power_default_limit_w=None if default_limit is None else default_limit / 1000.0,
+        compute_pids=None if processes is None else tuple(sorted(int(p.pid) for p in processes)),
     )
     if lost:
         return Gpu(index=index, error=lost[0]), None, None

@@ -23,6 +23,7 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
 typedef struct {
     char name[96], uuid[96], unsupported[512];
     int lost, persistence, hang, no_permission;
+    unsigned processes; /* compute processes running on the GPU (pids 4000 + n) */
     unsigned temp, temp_slowdown, power_mw, power_limit_mw, power_default_mw, power_instant_mw, util;
     unsigned long long energy_base_mj, throttle_after;
     unsigned throttle_reads, mask_reads;
@@ -64,6 +65,7 @@ static void set_field(gpu_t *g, const char *key, const char *val) {
     else if (!strcmp(key, "power_default_mw")) g->power_default_mw = (unsigned)n;
     else if (!strcmp(key, "power_instant_mw")) g->power_instant_mw = (unsigned)n;
     else if (!strcmp(key, "util")) g->util = (unsigned)n;
+    else if (!strcmp(key, "processes")) g->processes = (unsigned)n;
     else if (!strcmp(key, "energy_base_mj")) g->energy_base_mj = n;
     else if (!strcmp(key, "throttle_reads")) g->throttle_reads = (unsigned)n;
     else if (!strcmp(key, "throttle_after")) g->throttle_after = n;
@@ -261,6 +263,20 @@ int nvmlDeviceGetUtilizationRates(void *dev, utilization_t *u) {
 int nvmlDeviceGetTotalEnergyConsumption(void *dev, unsigned long long *mj) {
     DEVICE_GUARD(dev, "energy");
     *mj = g->energy_base_mj + (unsigned long long)(g->power_mw * seconds_since_init());
+    return OK;
+}
+
+typedef struct { unsigned pid; unsigned long long used_memory; unsigned gpu_instance, compute_instance; } process_t;
+/* nvmlDeviceGetComputeRunningProcesses_v3: the count first (INSUFFICIENT_SIZE), then the list. */
+int nvmlDeviceGetComputeRunningProcesses_v3(void *dev, unsigned *count, process_t *infos) {
+    DEVICE_GUARD(dev, "processes");
+    if (g->processes == 0) { *count = 0; return OK; }
+    if (infos == NULL || *count < g->processes) { *count = g->processes; return INSUFFICIENT; }
+    for (unsigned i = 0; i < g->processes; i++) {
+        infos[i].pid = 4000 + i; infos[i].used_memory = 1ULL << 30;
+        infos[i].gpu_instance = infos[i].compute_instance = 0xFFFFFFFF;
+    }
+    *count = g->processes;
     return OK;
 }
 

@@ -191,3 +191,27 @@ def test_cli_quick_json_has_every_section(tmp_path: Path) -> None:
         assert by_id[gpu_only][0]["status"] == "skip" and "GPU" in by_id[gpu_only][0]["summary"]
     assert "extracted" in by_id["bench.train_real"][0]["evidence"]["dataset"]
     assert "results in" in done.stderr  # the total time, on stderr
+
+
+def test_check_audits_then_benchmarks_in_one_envelope() -> None:
+    """`dltune check` on a node without GPUs: the audit's results, then the quick bench on the CPU,
+    in one envelope with one exit code by the contract."""
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "check", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    report = json.loads(done.stdout)
+    areas = [r["area"] for r in report["results"]]
+    assert "system" in areas and "storage" in areas
+    bench = [r for r in report["results"] if r["area"] == "bench"]
+    assert areas[-len(bench) :] == ["bench"] * len(bench)  # the bench ran after the audit
+    assert {"bench.matmul", "bench.train_synthetic"} <= {r["id"] for r in bench}
+    assert "bench.run" not in {r["id"] for r in bench}, bench
+    statuses = {r["status"] for r in report["results"]}
+    assert done.returncode == (1 if "fail" in statuses else 2 if "error" in statuses else 0), done.stderr[
+        -2000:
+    ]

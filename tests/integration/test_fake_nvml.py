@@ -370,3 +370,26 @@ def test_bench_on_a_node_whose_gpus_pytorch_cannot_see_stops_with_the_reason(fak
     assert done.returncode == 2, done.stderr[-2000:]
     assert "NVML sees 8 GPU(s) but PyTorch sees no CUDA device" in done.stderr
     assert "--device cpu" in done.stderr
+
+
+def test_check_leaves_a_gpu_a_job_is_using_alone(fake_nvml_dir: Path, tmp_path: Path) -> None:
+    """Compute processes on a GPU (a job): `dltune check` audits, then skips its bench, naming them."""
+    scenario = tmp_path / "busy.conf"
+    scenario.write_text("gpus=2\ngpu1.processes=2\n")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_nvml_dir), "DLTUNE_FAKE_NVML_SCENARIO": str(scenario)}
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "check", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    results = json.loads(done.stdout)["results"]
+    gate = results[-1]
+    assert gate["id"] == "bench.run" and gate["status"] == "skip", gate
+    assert "GPU 1: pid 4000, 4001" in gate["summary"] and gate["evidence"]["compute_pids"] == {
+        "1": [4000, 4001]
+    }
+    assert any(r["id"] == "gpu.persistence" for r in results)
+    assert not any(r["id"] == "bench.matmul" for r in results)

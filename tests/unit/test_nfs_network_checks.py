@@ -11,7 +11,7 @@ from dltune.checks.network import vip_routes, vip_spread
 from dltune.checks.nfs import fstab, responsive, vip_mounts
 from dltune.model import Status
 from dltune.probes import collect_snapshot
-from dltune.probes.network import probe_responsive
+from dltune.probes.network import probe_responsive_many
 from dltune.snapshot import Responsiveness, Snapshot
 
 OPTIONS = ["vers=3", "proto=tcp", "rsize=524288", "wsize=524288", "hard", "_netdev", "nofail"]
@@ -126,7 +126,9 @@ def test_present_state_skips_the_mount_check_and_no_manifest_skips_all() -> None
 def test_a_mount_that_does_not_answer_is_reported_stale_within_the_timeout() -> None:
     """A child that never returns stands in for statfs on a dead hard NFS mount."""
     start = time.monotonic()
-    probe = probe_responsive("/mnt/nfs0", timeout=0.5, argv=["sleep", "30"])
+    probe = probe_responsive_many(["/mnt/nfs0"], timeout=0.5, argv={"/mnt/nfs0": ["sleep", "30"]})[
+        "/mnt/nfs0"
+    ]
     elapsed = time.monotonic() - start
     assert not probe.ok and "no answer within 0.5s" in probe.detail
     assert elapsed < 1.5
@@ -137,12 +139,10 @@ def test_a_mount_that_does_not_answer_is_reported_stale_within_the_timeout() -> 
     assert results["/mnt/nfs0"].status is Status.FAIL and results["/mnt/nfs0"].critical
     assert results["/mnt/nfs0"].summary.startswith("stale or unreachable")
     assert results["/mnt/ok"].status is Status.PASS
-    assert probe_responsive("/", timeout=5).ok
+    assert probe_responsive_many(["/"], timeout=5)["/"].ok
 
 
 def test_many_dead_mounts_take_one_timeout_not_one_each() -> None:
-    from dltune.probes.network import probe_responsive_many
-
     start = time.monotonic()
     found = probe_responsive_many(
         ["/a", "/b", "/c", "/"], 0.5, {p: ["sleep", "30"] for p in ("/a", "/b", "/c")}

@@ -1,0 +1,44 @@
+"""`dltune report`: many nodes' result files merged into one answer (the work is in dltune.cluster)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dltune.commands import check_output_file, stdout_console, write_output
+from dltune.commands.audit import ALL_OPTION
+
+
+def report(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Nodes' audit/bench JSON files, or directories of them.")
+    ],
+    html_file: Annotated[Path | None, typer.Option("--html", help="Write the HTML report here.")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write the merged JSON here.")] = None,
+    show_all: Annotated[bool, ALL_OPTION] = False,
+) -> None:
+    """Merge nodes' results: terminal summary (nodes with findings first), merged JSON, HTML page.
+    Exit 0 when every node is reachable with no fail and no error, else 1."""
+    from dltune import cluster
+
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise typer.BadParameter(f"{', '.join(missing)} does not exist", param_hint="PATHS")
+    for path, hint in ((html_file, "--html"), (json_file, "--json")):
+        if path is not None:
+            check_output_file(path, hint)
+    nodes = cluster.load(paths)
+    if not nodes:
+        raise typer.BadParameter("no *.json reports found", param_hint="PATHS")
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if json_file is not None:
+        write_output(json_file, cluster.merged_json(nodes, generated), "--json")
+    if html_file is not None:
+        write_output(html_file, cluster.render_html(nodes, generated), "--html")
+    cluster.render_summary(nodes, stdout_console(), show_all=show_all)
+    if html_file is not None:
+        typer.echo(f"HTML report: {html_file.resolve()}")
+    raise typer.Exit(0 if all(n.healthy for n in nodes) else 1)
