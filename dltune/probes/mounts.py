@@ -63,24 +63,6 @@ def parse_mountinfo(text: str, unparsed: list[UnparsedLine] | None = None) -> tu
     return tuple(mounts)
 
 
-def escape(field: str) -> str:
-    """fstab's escaping of a field: space, tab, newline and backslash as octal."""
-    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in field)
-
-
-def render_fstab_line(entry: FstabEntry) -> str:
-    return " ".join(
-        [
-            escape(entry.spec),
-            escape(entry.mount_point),
-            entry.fstype,
-            ",".join(entry.options) or "defaults",
-            str(entry.freq),
-            str(entry.passno),
-        ]
-    )
-
-
 def parse_fstab(text: str) -> Fstab:
     """Entries of fstab; comments and blank lines are skipped, malformed lines are kept as unparsed."""
     entries = []

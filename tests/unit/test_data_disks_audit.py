@@ -13,8 +13,8 @@ from dltune.checks.storage import data_space
 from dltune.cli import app
 from dltune.model import Status
 from dltune.probes import collect_snapshot
-from dltune.probes.mounts import parse_fstab, parse_mountinfo, render_fstab_line
-from dltune.snapshot import FstabEntry, Snapshot, SpaceInfo
+from dltune.probes.mounts import parse_fstab, parse_mountinfo
+from dltune.snapshot import Snapshot, SpaceInfo
 from tests.conftest import FIXTURES
 
 
@@ -127,31 +127,6 @@ def test_golden_ubuntu_server_parses_everything_and_reports_the_broken_line() ->
     assert results[("storage.data_noatime", "/scratch")].status is Status.PASS
     assert ("storage.data_noatime", "/home") not in results  # NFS is the nfs area's business
     assert ("storage.data_noatime", "/boot") not in results
-
-
-field_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\r"),
-    min_size=1,
-    max_size=20,
-).filter(lambda t: not t.startswith("#") and t.strip() == t)
-option = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789=_-.", min_size=1, max_size=12)
-
-
-@given(
-    spec=field_text,
-    mount_point=field_text,
-    fstype=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0-9", min_size=1, max_size=8),
-    options=st.lists(option, min_size=1, max_size=5),
-    freq=st.integers(0, 9),
-    passno=st.integers(0, 9),
-)
-def test_render_then_parse_round_trips(
-    spec: str, mount_point: str, fstype: str, options: list[str], freq: int, passno: int
-) -> None:
-    entry = FstabEntry(1, spec, mount_point, fstype, tuple(options), freq, passno)
-    parsed = parse_fstab(render_fstab_line(entry))
-    assert parsed.unparsed == ()
-    assert parsed.entries == (entry,)
 
 
 @settings(max_examples=300)
