@@ -1,4 +1,11 @@
-"""Helpers shared by the molecule verifiers (they run on the controller against the containers)."""
+"""Helpers shared by the molecule verifiers (they run on the controller against the containers), and
+the platform-skip accounting every verifier's conftest takes in by importing its two hooks:
+
+    from tests.molecule_support import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401
+
+A test meant for some nodes only calls `only_on(host, group=...)`; the run counts those skips and
+fails when such a test ran on no node at all (a renamed group or platform would otherwise turn it
+into a silent skip with a green run)."""
 
 from __future__ import annotations
 
@@ -8,6 +15,49 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+PLATFORM_SKIP = "only on "
+_platform_skipped: dict[str, str] = {}  # test (without its host parameter) -> why it skipped
+_ran: set[str] = set()
+
+
+def groups_of(host: Any) -> list[str]:
+    return list(host.ansible.get_variables().get("group_names", []))
+
+
+def only_on(host: Any, *, group: str, why: str, not_hostname: str | None = None) -> None:
+    """Skip unless this host is in inventory `group` (and its name lacks `not_hostname`: tests that
+    run once, on one of two nodes of a group). Counted: see the module's docstring."""
+    if group not in groups_of(host) or (not_hostname and not_hostname in host.backend.get_hostname()):
+        pytest.skip(f"{PLATFORM_SKIP}{group}: {why}")
+
+
+def _test_of(nodeid: str) -> str:
+    return nodeid.split("[", 1)[0]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and PLATFORM_SKIP in str(report.longrepr):
+        _platform_skipped[_test_of(report.nodeid)] = str(report.longrepr)
+    elif report.when == "call":
+        _ran.add(_test_of(report.nodeid))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    nowhere = sorted(set(_platform_skipped) - _ran)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and _platform_skipped:
+        reporter.write_line(
+            f"platform skips: {len(_platform_skipped)} test(s) skip on some nodes; "
+            f"{len(_platform_skipped) - len(nowhere)} of them ran on another"
+        )
+    if nowhere:
+        if reporter is not None:
+            for test in nowhere:
+                reporter.write_line(f"RAN ON NO NODE: {test} ({_platform_skipped[test]})", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @dataclass
@@ -50,8 +100,15 @@ def run_playbook(
     return PlaybookRun(done.returncode, failures, report["stats"][name]["changed"], results)
 
 
-def audit_as_user(host: Any, *args: str) -> tuple[int, dict[tuple[str, str | None], dict[str, Any]]]:
-    """`dltune audit --format json` as an ordinary user, as the contract promises it works."""
+def audit_report_as_user(host: Any, *args: str) -> tuple[int, dict[str, Any]]:
+    """`dltune audit --format json` as an ordinary user, as the contract promises it works: the exit
+    code and the envelope."""
     cmd = host.run("runuser -u nobody -- dltune audit --format json " + " ".join(args))
     assert cmd.rc in (0, 1), f"dltune audit exited {cmd.rc}: {cmd.stderr}"
-    return cmd.rc, {(r["id"], r["subject"]): r for r in json.loads(cmd.stdout)["results"]}
+    return cmd.rc, dict(json.loads(cmd.stdout))
+
+
+def audit_as_user(host: Any, *args: str) -> tuple[int, dict[tuple[str, str | None], dict[str, Any]]]:
+    """The audit as an ordinary user, its results by (id, subject)."""
+    rc, report = audit_report_as_user(host, *args)
+    return rc, {(r["id"], r["subject"]): r for r in report["results"]}

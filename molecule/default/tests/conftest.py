@@ -6,3 +6,5 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from tests.molecule_support import pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.molecule_support import audit_as_user
+from tests.molecule_support import audit_as_user, groups_of, only_on
 
 # check id -> (statuses allowed, what the summary must say). Nothing here may pass in a container.
 CONTAINER_LIMITS: dict[str, tuple[set[str], str]] = {
@@ -53,7 +53,7 @@ NO_SLURM: dict[str, tuple[set[str], str]] = {
 
 
 def is_slurm_node(host: Any) -> bool:
-    return "slurm" in host.ansible.get_variables().get("group_names", [])
+    return "slurm" in groups_of(host)
 
 
 def test_audit_passes_everything_a_container_can_have(host: Any) -> None:
@@ -115,8 +115,7 @@ def test_driver_reboot_is_left_to_slurm_which_drains_the_busy_node(host: Any) ->
     Slurm for one ASAP. The node is drained (no new jobs) with the role's reason, the reboot waits
     for bob's running job, which is untouched, and RebootProgram has not run. A container cannot
     reboot: the test then cancels the reboot and resumes the node for the tests after it."""
-    if not is_slurm_node(host):
-        pytest.skip("not a Slurm node: nvidia_driver_slurm_reboot is set for the Slurm group only")
+    only_on(host, group="slurm", why="nvidia_driver_slurm_reboot is set for the Slurm group only")
     node = host.check_output("hostname")
     shown = host.check_output(f"scontrol --oneliner show node {node}")
     state = re.search(r"\bState=(\S+)", shown)

@@ -13,15 +13,18 @@ import pytest
 SCENARIO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(SCENARIO.parent.parent))
 
-from tests.molecule_support import PlaybookRun, audit_as_user, run_playbook  # noqa: E402
+from tests.molecule_support import (  # noqa: E402, F401
+    PlaybookRun,
+    audit_as_user,
+    groups_of,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    run_playbook,
+)
 
-__all__ = ["SCENARIO", "PlaybookRun", "audit_as_user", "run_playbook"]
+__all__ = ["SCENARIO", "PlaybookRun", "audit_as_user", "groups_of", "run_playbook"]
 
 SYS_DIR = "/srv/fake-gpu-sys"
-
-
-def groups_of(host: Any) -> list[str]:
-    return list(host.ansible.get_variables().get("group_names", []))
 
 
 def gpgpu_recommended(host: Any, sys_dir: str = SYS_DIR) -> str:

@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import SCENARIO, gpgpu_offer, groups_of, run_playbook
+from conftest import SCENARIO, gpgpu_offer, run_playbook
+
+from tests.molecule_support import only_on
 
 STATE = (
     "dpkg-query -W -f '${Package} ${db:Status-Abbrev} ${Version}\\n' | sha256sum;"
@@ -41,21 +43,18 @@ def refused(host: Any, extra_vars: dict[str, Any], named: str) -> None:
     ],
 )
 def test_bad_values_are_refused_before_any_change(host: Any, extra_vars: dict[str, Any], named: str) -> None:
-    if "driver_auto" not in groups_of(host):
-        pytest.skip("run once, against the A100 node")
+    only_on(host, group="driver_auto", why="run once, against the A100 node")
     refused(host, extra_vars, named)
 
 
 def test_a_branch_this_gpu_does_not_support_is_refused(host: Any) -> None:
     """The K80's newest branch is not offered for an A100: a failure that lists the offer, not a guess."""
-    if "driver_auto" not in groups_of(host):
-        pytest.skip("run once, against the A100 node")
+    only_on(host, group="driver_auto", why="run once, against the A100 node")
     k80_only = "390"
     assert all(not p.startswith(f"nvidia-driver-{k80_only}") for p in gpgpu_offer(host))
     refused(host, {"nvidia_driver_branch": k80_only}, f"nvidia_driver_branch={k80_only} is not offered")
 
 
 def test_nvswitch_system_without_a_matching_fabric_manager_is_refused(host: Any) -> None:
-    if "driver_auto" not in groups_of(host):
-        pytest.skip("run once, against the A100 node")
+    only_on(host, group="driver_auto", why="run once, against the A100 node")
     refused(host, {"nvidia_driver_sys_dir": "/srv/fake-nvswitch-sys"}, "nvidia_driver_fabricmanager")

@@ -11,7 +11,6 @@ import json
 import os
 from typing import Any
 
-import pytest
 import testinfra
 from conftest import (
     SCENARIO,
@@ -23,6 +22,8 @@ from conftest import (
     groups_of,
     run_playbook,
 )
+
+from tests.molecule_support import only_on
 
 
 def expected_driver(host: Any) -> str:
@@ -67,8 +68,7 @@ def test_installs_what_ubuntu_drivers_offers_for_this_gpu(host: Any, manifest: d
 
 def test_old_and_new_gpus_get_different_branches(host: Any, manifest: dict[str, Any]) -> None:
     """A K80 (device 102d) is not served by the branches an A100 gets: no fixed branch can pass."""
-    if "driver_old_gpu" not in groups_of(host):
-        pytest.skip("compared once, from the K80 node")
+    only_on(host, group="driver_old_gpu", why="compared once, from the K80 node")
     a100 = testinfra.get_host(
         f"ansible://nvidia-driver-a100-jammy?ansible_inventory={os.environ['MOLECULE_INVENTORY_FILE']}"
     )
@@ -78,8 +78,7 @@ def test_old_and_new_gpus_get_different_branches(host: Any, manifest: dict[str, 
 
 
 def test_transitional_pin_installs_and_records_its_real_branch(host: Any, manifest: dict[str, Any]) -> None:
-    if "driver_pinned" not in groups_of(host):
-        pytest.skip("the pinned node only")
+    only_on(host, group="driver_pinned", why="the pinned node only")
     real = branch_of(expected_driver(host))
     assert manifest["pinned_branch"] == "570"
     assert manifest["branch"] == real != "570"
@@ -131,8 +130,7 @@ def test_audit_reports_the_driver_waiting_for_its_reboot(host: Any, manifest: di
 def test_check_mode_plans_the_prebuilt_kernel_modules_ubuntu_drivers_names(host: Any) -> None:
     """The default kernel_modules=prebuilt cannot be installed here (the mirror 404s on those debs);
     its plan is checked in a --check run: the package ubuntu-drivers names, and nothing installed."""
-    if "driver_auto" not in groups_of(host):
-        pytest.skip("the auto node only")
+    only_on(host, group="driver_auto", why="the auto node only")
     listing = host.check_output(
         "UBUNTU_DRIVERS_SYS_DIR=/srv/fake-gpu-sys ubuntu-drivers list --gpgpu 2>/dev/null"
     )
@@ -158,8 +156,7 @@ def test_auto_follows_ubuntu_drivers_recommendation_for_every_model(host: Any) -
     list --gpgpu --recommended` prints, or that branch's -server variant where the recommendation is
     not a -server driver, or refuses with the documented message (no -server driver, no prebuilt
     modules) — never another branch."""
-    if "driver_auto" not in groups_of(host):
-        pytest.skip("planned once, on the auto node")
+    only_on(host, group="driver_auto", why="planned once, on the auto node")
     run = run_playbook(host, SCENARIO / "plan_models.yml", {})
     assert run.rc == 0, run.failures
     recommended = run.results["Ask ubuntu-drivers for its own recommendation for each model"]["results"]

@@ -11,8 +11,9 @@ import json
 import re
 from typing import Any
 
-import pytest
-from conftest import SCENARIO, dpkg_status, groups_of, run_playbook
+from conftest import SCENARIO, dpkg_status, run_playbook
+
+from tests.molecule_support import only_on
 
 ROLLBACK = {"nvidia_driver_state": "absent"}
 BLACKLIST = "/etc/modprobe.d/dltune-blacklist-nouveau.conf"
@@ -31,8 +32,7 @@ def in_initramfs(host: Any, path: str) -> bool:
 
 
 def test_rollback_purges_the_recorded_driver(host: Any) -> None:
-    if "driver_old_gpu" not in groups_of(host):
-        pytest.skip("the K80 node only")
+    only_on(host, group="driver_old_gpu", why="the K80 node only")
     before = json.loads(host.file(FRAGMENT).content_string)
     branch = before["branch"]
     installed = branch_packages(dpkg_status(host), branch)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-from conftest import SCENARIO, dpkg_status, groups_of, run_playbook
+from conftest import SCENARIO, dpkg_status, run_playbook
+
+from tests.molecule_support import only_on
 
 
 def test_switch_from_closed_to_open_modules_on_a_held_driver(host: Any) -> None:
-    if "driver_pinned" not in groups_of(host):
-        pytest.skip("the pinned node only")
+    only_on(host, group="driver_pinned", why="the pinned node only")
     before = json.loads(host.file("/etc/dltune/expected.d/nvidia_driver.json").content_string)
     branch = before["branch"]
     closed = f"nvidia-headless-no-dkms-{branch}-server"

@@ -13,7 +13,12 @@ from typing import Any
 SCENARIO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(SCENARIO.parent.parent))
 
-from tests.molecule_support import audit_as_user, run_playbook  # noqa: E402
+from tests.molecule_support import (  # noqa: E402, F401
+    audit_as_user,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    run_playbook,
+)
 
 __all__ = ["SCENARIO", "audit_as_user", "run_playbook", "submit", "wait_gone", "write_as"]
 

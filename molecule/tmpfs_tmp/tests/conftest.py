@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-def groups_of(host: Any) -> list[str]:
-    return list(host.ansible.get_variables().get("group_names", []))
+from tests.molecule_support import audit_report_as_user as audit_as_user
+from tests.molecule_support import (  # noqa: F401
+    groups_of,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+)
 
-
-def audit_as_user(host: Any, *args: str) -> tuple[int, dict[str, Any]]:
-    """Run `dltune audit --format json` as an ordinary user, as the contract promises it works."""
-    cmd = host.run("runuser -u nobody -- dltune audit --format json " + " ".join(args))
-    assert cmd.rc in (0, 1), f"dltune audit exited {cmd.rc}: {cmd.stderr}"
-    return cmd.rc, json.loads(cmd.stdout)
+__all__ = ["audit_as_user", "groups_of"]
 
 
 def result(report: dict[str, Any], check_id: str) -> dict[str, Any]:

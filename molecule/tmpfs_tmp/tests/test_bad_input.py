@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import groups_of
+
+from tests.molecule_support import only_on
 
 SCENARIO = Path(__file__).resolve().parent.parent
 
@@ -29,8 +30,7 @@ SCENARIO = Path(__file__).resolve().parent.parent
     ],
 )
 def test_bad_input_is_refused_before_any_change(host: Any, extra_vars: str, named: str) -> None:
-    if "tmp_clean" not in groups_of(host) or "noble" in host.backend.get_hostname():
-        pytest.skip("run once, against the jammy node")
+    only_on(host, group="tmp_clean", not_hostname="noble", why="run once, against the jammy node")
     name = host.backend.get_hostname()
     before = host.run(
         "sha256sum /etc/fstab /etc/dltune/expected.d/tmpfs_tmp.json && findmnt -no OPTIONS /tmp"

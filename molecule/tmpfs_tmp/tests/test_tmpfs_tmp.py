@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-from conftest import audit_as_user, groups_of, result
+from conftest import audit_as_user, result
+
+from tests.molecule_support import only_on
 
 FSTAB_LINE = "tmpfs /tmp tmpfs noatime,nosuid,nodev,mode=1777,size=10% 0 0"
 
@@ -44,8 +45,7 @@ def test_manifest_fragment_records_what_was_applied(host: Any) -> None:
 
 
 def test_clean_tmp_is_a_live_tmpfs_with_noatime_and_ten_percent(host: Any, mem_total_kb: int) -> None:
-    if "tmp_clean" not in groups_of(host):
-        pytest.skip("busy node: /tmp is left for the next boot")
+    only_on(host, group="tmp_clean", why="busy node: /tmp is left for the next boot")
     mount = host.mount_point("/tmp")
     assert mount.exists
     assert mount.filesystem == "tmpfs"
@@ -56,8 +56,7 @@ def test_clean_tmp_is_a_live_tmpfs_with_noatime_and_ten_percent(host: Any, mem_t
 
 
 def test_clean_node_audits_pass_as_an_ordinary_user(host: Any) -> None:
-    if "tmp_clean" not in groups_of(host):
-        pytest.skip("busy node")
+    only_on(host, group="tmp_clean", why="busy node")
     rc, report = audit_as_user(host, "--only", "storage")
     assert rc == 0
     assert report["schema_version"] == 1
@@ -68,8 +67,7 @@ def test_clean_node_audits_pass_as_an_ordinary_user(host: Any) -> None:
 
 
 def test_busy_tmp_keeps_its_file_and_live_socket(host: Any) -> None:
-    if "tmp_busy" not in groups_of(host):
-        pytest.skip("clean node")
+    only_on(host, group="tmp_busy", why="clean node")
     assert host.check_output("findmnt --noheadings --output FSTYPE --target /tmp") != "tmpfs"
     assert host.file("/tmp/keep-me.txt").content_string == "results of a long job\n"
     assert host.file("/tmp/holder.sock").is_socket
@@ -81,8 +79,7 @@ def test_busy_tmp_keeps_its_file_and_live_socket(host: Any) -> None:
 
 
 def test_busy_node_is_marked_for_reboot_and_audit_warns(host: Any) -> None:
-    if "tmp_busy" not in groups_of(host):
-        pytest.skip("clean node")
+    only_on(host, group="tmp_busy", why="clean node")
     assert host.file("/run/reboot-required").exists
     assert "tmpfs_tmp" in host.file("/run/reboot-required.pkgs").content_string.split()
     rc, report = audit_as_user(host)
