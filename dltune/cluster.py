@@ -313,6 +313,7 @@ def _area_cell(node_anchor: str, mine: Sequence[dict[str, Any]]) -> str:
     )
 
 
+# long: the page template is one f-string
 def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
     """Nodes x areas (worst status per area; hover lists the area's checks, a click jumps to the node's
     findings), nodes with findings first; then every finding with its evidence; then the bench charts."""

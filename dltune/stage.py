@@ -580,6 +580,7 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
+# long: argument checks, lock, and the three source kinds, each refusing before anything changes
 def stage(
     src: Path,
     to: Path,

@@ -12,6 +12,7 @@ import socket
 import time
 
 
+# long: one torchrun worker from start to finish: setup, baseline, timed all-reduce, report, in order
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", required=True)

@@ -105,6 +105,7 @@ def _unreliable_result(
     )
 
 
+# long: one verdict per case (unreliable, above peak, below spec, outlier), judged in this order
 def judge_matmul(samples: Sequence[Matmul], lookup: Callable[[str], Spec | None] = spec_for) -> list[Result]:
     """Each GPU against what a healthy card of its model reaches (the spec's achievable fraction of the
     dense peak), and against the node's best GPU of the same name (MIG slices: the same profile)."""
@@ -377,6 +378,7 @@ def judge_determinism(
     )
 
 
+# long: bandwidth and scaling of one run share their evidence; split, they would compute it twice
 def judge_allreduce(
     world: int,
     backend: str,

@@ -331,6 +331,7 @@ def _batches(loader: Any) -> Iterator[Any]:
         yield from loader
 
 
+# long: the timed training loop: its load/forward/backward clocks must share one scope
 def train(
     torch: Any,
     device: str,

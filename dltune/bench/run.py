@@ -342,6 +342,7 @@ def _end_torchrun(launcher: subprocess.Popen[str], marker: str, grace: float = 2
         time.sleep(0.05)
 
 
+# long: launch, wait under a deadline, clean up and read back one torchrun, in order
 def _torchrun(
     placement: list[str],
     backend: str,

@@ -34,6 +34,7 @@ def _is_gpu_node(snap: Snapshot) -> bool:
     )
 
 
+# long: one verdict per way a driver fails to load, judged in this order
 @check("driver.loaded")
 def driver_loaded(snap: Snapshot) -> Result:
     nvml = snap.nvml

@@ -235,6 +235,7 @@ def _share_text(share: float | None, window: float | None) -> str:
     return f"{share:.0%} of a {window:g} s window"
 
 
+# long: one verdict per clock-event case, judged in this order (hardware, thermal, power cap)
 def _judge_clocks(g: Gpu) -> Verdict:
     """What held the clocks over a short window, not one instantaneous mask: NVML's clock-event counters
     give each reason's share of the window (older drivers: the mask read at both ends). A hardware
@@ -435,6 +436,7 @@ def _label(event: GpuEvent) -> str:
     return event.kind.replace("_", " ")
 
 
+# long: groups the log's events per device, then one verdict per device
 @check("gpu.xid")
 def xid(snap: Snapshot) -> list[Result]:
     log = snap.kernel_log

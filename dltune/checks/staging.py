@@ -27,6 +27,7 @@ def is_remote(fstype: str) -> bool:
     return fstype in REMOTE_FSTYPES or fstype.startswith("fuse.")
 
 
+# long: one verdict per way the job directory can be wrong, judged in this order
 @check("staging.slurm_tmpdir", needs=("manifest:slurm_tmpdir",))
 def slurm_tmpdir(snap: Snapshot) -> Result:
     if not in_job(snap):

@@ -47,6 +47,7 @@ def _flags(options: list[str] | tuple[str, ...]) -> set[str]:
     return {o for o in options if o.split("=", 1)[0] not in {"size", "mode"} and o not in _IGNORED_OPTIONS}
 
 
+# long: one verdict per /tmp state (live, fstab, pending reboot), judged in this order
 @check("storage.tmp_tmpfs", needs=("mountinfo", "fstab", "manifest:tmpfs_tmp"))
 def tmp_tmpfs(snap: Snapshot) -> Result:
     check_id = "storage.tmp_tmpfs"
@@ -174,6 +175,7 @@ def _managed_data_mounts(snap: Snapshot) -> list[dict[str, Any]] | None:
     return disks
 
 
+# long: one verdict per mount, with or without the manifest, judged in this order
 @check("storage.data_noatime", needs=("mountinfo", "manifest:data_disks"))
 def data_noatime(snap: Snapshot) -> list[Result]:
     check_id = "storage.data_noatime"
@@ -264,6 +266,7 @@ def _same_device(snap: Snapshot, first: str, second: str) -> bool:
     return snap.device_paths.get(first, first) == snap.device_paths.get(second, second)
 
 
+# long: each disk's problems are gathered into one result per disk
 @check("storage.data_fstab", needs=("mountinfo", "fstab", "manifest:data_disks"))
 def data_fstab(snap: Snapshot) -> list[Result]:
     """fstab and the live mount agree with the manifest: same UUID, same options, UUID present."""

@@ -47,6 +47,7 @@ def audit_results(
     return snapshot, run_checks(snapshot, areas), host
 
 
+# long: mostly its option declarations
 def audit(
     root: Annotated[
         Path, typer.Option("--root", help="Read the host's files under this directory (a fixture tree).")

@@ -36,6 +36,7 @@ def bench_results(options: Options, multi_node: bool = False) -> list[Result] | 
         return run(options, lambda name: bar.update(task, description=name))
 
 
+# long: mostly its option declarations
 def bench(
     device: Annotated[
         str | None, typer.Option("--device", help="cpu or cuda (default: every local GPU, else the CPU).")

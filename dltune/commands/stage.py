@@ -22,6 +22,7 @@ from dltune.commands import EXIT_INTERRUPTED, interrupt, progress_console
 from dltune.text import visible
 
 
+# long: mostly its option declarations and the progress bar
 def stage(
     src: Annotated[
         Path,

@@ -33,6 +33,7 @@ from dltune.snapshot import (
 )
 
 
+# long: one Snapshot field per probe, in one constructor call
 def collect_snapshot(
     root: str | Path = "/",
     runner: CommandRunner | None = None,

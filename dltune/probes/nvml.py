@@ -175,6 +175,7 @@ def _clock_window(pynvml: Any, gpu: Gpu, handle: Any, before: dict[int, int] | N
     )
 
 
+# long: one NVML call per Gpu field, in one constructor call
 def _gpu(pynvml: Any, index: int) -> tuple[Gpu, Any, dict[int, int] | None]:
     """The GPU's fields, its handle (None when it has none), and its clock-event counters now."""
     try:

@@ -80,3 +80,24 @@ def test_a_data_disk_mounted_through_a_link_is_judged_by_the_audited_hosts_links
         r.subject: r for r in run_checks(collect_snapshot(root), ["storage"]) if r.id == "storage.data_fstab"
     }
     assert results["/data/scratch"].status is status, results["/data/scratch"].summary
+
+
+LONG_FUNCTION = 60
+
+
+def test_a_function_over_60_lines_says_why() -> None:
+    """A long function is a smell unless its length has a reason, written above it as `# long: ...`."""
+    unexplained = []
+    for path in sorted((REPO_ROOT / "dltune").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            long = (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.end_lineno is not None
+                and node.end_lineno - node.lineno + 1 > LONG_FUNCTION
+            )
+            if long:
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])  # type: ignore[attr-defined]
+                if not lines[start - 2].strip().startswith("# long: "):
+                    unexplained.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} {node.name}")  # type: ignore[attr-defined]
+    assert unexplained == []
