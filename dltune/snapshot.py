@@ -294,6 +294,28 @@ MANIFEST_DIR = "/etc/dltune/expected.d"
 
 
 @dataclass(frozen=True)
+class SlurmJobs:
+    """The jobs Slurm runs on this node, as `squeue --nodelist` answered; `error` says why it could
+    not answer (`installed` False: no Slurm client here at all)."""
+
+    job_ids: tuple[str, ...] = ()
+    error: str | None = None
+    installed: bool = True
+    node: str = ""
+
+
+@dataclass(frozen=True)
+class CpuFrequency:
+    """cpufreq's per-CPU choices: how many CPUs run each governor, and each energy-performance
+    preference (intel_pstate/amd-pstate in active mode) with the governor it goes with."""
+
+    driver: str | None
+    governors: Mapping[str, int]
+    # (governor, preference) -> CPUs; preference "" where the driver has none
+    settings: Mapping[tuple[str, str], int]
+
+
+@dataclass(frozen=True)
 class RebootState:
     required: bool
     packages: tuple[str, ...] = ()
@@ -309,6 +331,7 @@ class Snapshot:
     fstab: Fstab = field(default_factory=Fstab)
     mem_total_kb: int | None = None
     reboot: RebootState = RebootState(required=False)
+    cpu_frequency: CpuFrequency | None = None  # None: no cpufreq here (a VM, a container, the BIOS)
     expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     manifest_dir: str = MANIFEST_DIR
     # role -> why its fragment cannot be used (unreadable, not JSON, wrong shape); "*": the directory
@@ -331,6 +354,8 @@ class Snapshot:
     # NFS mount point -> its options and RPC transport(s), from /proc/self/mountstats (nfs area)
     nfs_stats: Mapping[str, NfsMountStats] = field(default_factory=dict)
     kernel_log: KernelLog = field(default_factory=lambda: KernelLog(None, "not probed"))
+    # Asked only when a GPU runs compute processes: whose are they (None: not asked)
+    slurm_jobs: SlurmJobs | None = None
     # env/staging: the audit's own environment (job variables only), its uid, lstat facts of
     # $SLURM_TMPDIR, the scratch base and the hooks by path.
     environ: Mapping[str, str] = field(default_factory=dict)

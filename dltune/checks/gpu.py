@@ -369,6 +369,30 @@ def _judge_persistence(g: Gpu) -> Verdict:
     return Verdict(Status.PASS, "persistence mode on")
 
 
+# An enforced limit this far below the default is a lowered one (NVML reports both in mW; a board's
+# default can read a few watts off its nominal value).
+POWER_LIMIT_LOWERED = 0.98
+
+
+def _judge_power_limit(g: Gpu) -> Verdict:
+    if g.power_limit_w is None or g.power_default_limit_w is None:
+        return Verdict(Status.SKIP, "power limits not reported")
+    evidence = {"power_limit_w": g.power_limit_w, "power_default_limit_w": g.power_default_limit_w}
+    metrics = {"power_limit_w": g.power_limit_w, "power_default_limit_w": g.power_default_limit_w}
+    if g.power_limit_w < g.power_default_limit_w * POWER_LIMIT_LOWERED:
+        return Verdict(
+            Status.WARN,
+            f"power limit lowered to {g.power_limit_w:.0f} W (default {g.power_default_limit_w:.0f} W): "
+            "the GPU trains slower under load",
+            evidence=evidence,
+            metrics=metrics,
+            remedy="restore it (nvidia-smi -i N -pl <default>) unless it was lowered on purpose",
+        )
+    return Verdict(
+        Status.PASS, f"power limit {g.power_limit_w:.0f} W, the default", evidence=evidence, metrics=metrics
+    )
+
+
 # The per-GPU checks: one judge each, run on every GPU that answers (see _per_gpu).
 PER_GPU: dict[str, Callable[[Gpu], Verdict]] = {
     "gpu.ecc": _judge_ecc,
@@ -376,6 +400,7 @@ PER_GPU: dict[str, Callable[[Gpu], Verdict]] = {
     "gpu.clocks": _judge_clocks,
     "gpu.thermal_power": _judge_thermal_power,
     "gpu.persistence": _judge_persistence,
+    "gpu.power_limit": _judge_power_limit,
 }
 
 
@@ -392,6 +417,78 @@ pcie = _per_gpu_check("gpu.pcie")
 clocks = _per_gpu_check("gpu.clocks")
 thermal_power = _per_gpu_check("gpu.thermal_power")
 persistence = _per_gpu_check("gpu.persistence")
+power_limit = _per_gpu_check("gpu.power_limit")
+
+
+LEFT_BEHIND_REMEDY = (
+    "kill the processes (their memory and the GPU stay taken until they end) and find the job that "
+    "left them (an epilog that kills a job's GPU processes prevents it); drain the node until then"
+)
+
+
+@check("gpu.processes")
+def processes(snap: Snapshot) -> list[Result]:
+    """Compute processes on a GPU while Slurm runs no job on this node were left behind by a job:
+    they hold the GPU's memory and time, and the next job on the node fails or runs slow. Slurm is
+    asked (squeue), since a job's cgroups do not exist under every process tracker."""
+    if not snap.nvml.available:
+        return [_unavailable("gpu.processes", snap)]
+    busy = {g.index: list(g.compute_pids) for g in snap.nvml.gpus if g.compute_pids}
+    listed = [g for g in snap.nvml.gpus if g.compute_pids is not None]
+    if not busy:
+        if not listed:
+            return [Result("gpu.processes", Status.SKIP, "the driver does not list the GPUs' processes")]
+        return [Result("gpu.processes", Status.PASS, f"no compute process on {len(listed)} GPU(s)")]
+    described = "; ".join(
+        f"GPU {index}: pid {', '.join(map(str, pids))}" for index, pids in sorted(busy.items())
+    )
+    jobs = snap.slurm_jobs
+    evidence: dict[str, Any] = {
+        "compute_pids": {str(i): p for i, p in busy.items()},
+        "slurm_node": jobs.node if jobs else None,
+        "slurm_jobs": list(jobs.job_ids) if jobs else None,
+        "slurm_error": jobs.error if jobs else None,
+    }
+    if jobs is None or not jobs.installed:
+        return [
+            Result(
+                "gpu.processes",
+                Status.PASS,
+                f"compute processes running ({described}); no Slurm on this node to say whose",
+                evidence=evidence,
+            )
+        ]
+    if jobs.error is not None:
+        return [
+            Result(
+                "gpu.processes",
+                Status.WARN,
+                f"compute processes running ({described}); Slurm could not say whether a job owns them: "
+                f"{jobs.error}",
+                evidence=evidence,
+                remedy="check slurmctld (scontrol ping), then rerun the audit",
+            )
+        ]
+    if jobs.job_ids:
+        return [
+            Result(
+                "gpu.processes",
+                Status.PASS,
+                f"compute processes running ({described}) while Slurm runs job(s) "
+                f"{', '.join(jobs.job_ids)} here",
+                evidence=evidence,
+            )
+        ]
+    return [
+        Result(
+            "gpu.processes",
+            Status.FAIL,
+            f"compute processes left behind: {described}, while Slurm runs no job on {jobs.node}",
+            evidence=evidence,
+            critical=True,
+            remedy=LEFT_BEHIND_REMEDY,
+        )
+    ]
 
 
 # NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), column

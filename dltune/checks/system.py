@@ -1,4 +1,5 @@
-"""Area ``system``: node-wide state such as a pending reboot."""
+"""Area ``system``: node-wide state: a pending reboot, the audit's own deadline, the CPUs' frequency
+governor."""
 
 from __future__ import annotations
 
@@ -34,4 +35,50 @@ def audit_timeout(snap: Snapshot) -> Result:
         remedy="something on the node does not answer (see the failing checks); find it with "
         "`dltune audit --only <area> --verbose` and drain the node if it is the driver or a mount",
         critical=True,
+    )
+
+
+# A CPU that feeds GPUs must not clock down between bursts: the performance governor, or powersave
+# with the energy preference "performance" (intel_pstate/amd-pstate active mode: the same request).
+FAST = ("performance", "powersave:performance")
+GOVERNOR_REMEDY = (
+    "set the performance governor on every CPU (cpupower frequency-set -g performance, or tuned's "
+    "throughput-performance profile; some BIOSes also need their performance power profile)"
+)
+
+
+@check("system.cpu_governor")
+def cpu_governor(snap: Snapshot) -> Result:
+    freq = snap.cpu_frequency
+    if freq is None:
+        return Result(
+            "system.cpu_governor",
+            Status.SKIP,
+            "no cpufreq on this node (a VM or container without it, or the firmware sets the frequency)",
+        )
+    total = sum(freq.settings.values())
+    slow = {
+        f"{governor}" + (f" (energy preference {preference})" if preference else ""): count
+        for (governor, preference), count in sorted(freq.settings.items())
+        if governor != "performance" and f"{governor}:{preference}" not in FAST
+    }
+    evidence = {
+        "driver": freq.driver,
+        "governors": dict(freq.governors),
+        "settings": {f"{g}:{p}" if p else g: n for (g, p), n in sorted(freq.settings.items())},
+    }
+    if slow:
+        described = ", ".join(f"{n} on {setting}" for setting, n in slow.items())
+        return Result(
+            "system.cpu_governor",
+            Status.WARN,
+            f"{sum(slow.values())} of {total} CPUs may clock down between bursts: {described}",
+            evidence=evidence,
+            remedy=GOVERNOR_REMEDY,
+        )
+    return Result(
+        "system.cpu_governor",
+        Status.PASS,
+        f"all {total} CPUs run for performance ({', '.join(sorted(freq.governors))})",
+        evidence=evidence,
     )

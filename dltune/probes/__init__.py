@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dltune.probes.cpu import read_cpu_frequency
 from dltune.probes.hostfs import HostFS
-from dltune.probes.jobenv import job_paths, parse_env_file, parse_slurm_conf, read_files, relevant_environ
+from dltune.probes.jobenv import (
+    job_paths,
+    parse_env_file,
+    parse_slurm_conf,
+    read_files,
+    relevant_environ,
+    slurm_jobs_on,
+)
 from dltune.probes.manifest import read_manifest
 from dltune.probes.mounts import parse_fstab, parse_mountinfo
 from dltune.probes.mountstats import parse_mountstats
@@ -82,6 +91,15 @@ def collect_snapshot(
         os.environ if environ is None else environ, dict(expected.get("dl_env", {}).get("variables", {}))
     )
     uuid_devices = resolve_uuids(fs, runner, uuids)
+    # NVML answers for the running host only: a fixture tree has no GPUs to ask.
+    nvml = (
+        NvmlState(False, "NVML is not read under --root")
+        if fs.root != Path("/")
+        else probe_nvml_in_child(nvml_timeout, deadline)
+        if needed("gpu", "driver")
+        else NvmlState(False, "not probed: gpu and driver areas not asked for")
+    )
+    busy = needed("gpu") and any(g.compute_pids for g in nvml.gpus)
     files = read_files(fs, _env_files(expected)) if env_wanted else {}
     return Snapshot(
         root=str(fs.root),
@@ -90,6 +108,7 @@ def collect_snapshot(
         fstab=parse_fstab(fstab) if fstab is not None else Fstab(),
         mem_total_kb=meminfo_kb(read("/proc/meminfo"), "MemTotal"),
         reboot=_reboot_state(fs),
+        cpu_frequency=read_cpu_frequency(fs) if needed("system") else None,
         expected=expected,
         manifest_problems=manifest_problems,
         uuid_devices=uuid_devices,
@@ -101,14 +120,7 @@ def collect_snapshot(
         space=space_of(fs, data_mount_points(mounts, expected), deadline, mounts)
         if needed("storage")
         else {},
-        # NVML answers for the running host only: a fixture tree has no GPUs to ask.
-        nvml=(
-            NvmlState(False, "NVML is not read under --root")
-            if fs.root != Path("/")
-            else probe_nvml_in_child(nvml_timeout, deadline)
-            if needed("gpu", "driver")
-            else NvmlState(False, "not probed: gpu and driver areas not asked for")
-        ),
+        nvml=nvml,
         nvidia_module_version=nvidia_module_version(read_optional(fs, "/proc/driver/nvidia/version")),
         kernel_modules=frozenset(
             line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line
@@ -132,6 +144,9 @@ def collect_snapshot(
             if needed("gpu")
             else KernelLog(None, "not probed: gpu area not asked for")
         ),
+        slurm_jobs=slurm_jobs_on(runner, socket.gethostname().split(".")[0], max(deadline.limit(5.0), 0.1))
+        if busy
+        else None,
         environ=job_environ if env_wanted else {},
         uid=os.getuid(),
         env_values=_env_values(files, expected),

@@ -10,8 +10,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dltune.probes.hostfs import HostFS
+from dltune.probes.runner import CommandRunner
 from dltune.probes.watchdog import Deadline, statfs_many
-from dltune.snapshot import Mount, PathInfo, StatFs
+from dltune.snapshot import Mount, PathInfo, SlurmJobs, StatFs
 
 # statfs of a healthy filesystem answers in milliseconds; a dead NFS server never does.
 STATFS_TIMEOUT_S = 5.0
@@ -118,3 +119,19 @@ def parse_env_file(kind: str, text: str) -> dict[str, str]:
         if sep:
             found[name.strip()] = value.strip().strip("'\"")
     return found
+
+
+SQUEUE_TIMEOUT_S = 5.0
+
+
+def slurm_jobs_on(runner: CommandRunner, node: str, timeout: float = SQUEUE_TIMEOUT_S) -> SlurmJobs:
+    """The jobs Slurm runs on `node` (squeue asks slurmctld; a job's cgroups are not used: a Slurm
+    with proctrack/linuxproc has none). A missing client or a controller that does not answer is
+    data, not an exception."""
+    done = runner.run(["squeue", "--noheader", "--nodelist", node, "--format", "%A"], timeout)
+    if done.returncode == 127:
+        return SlurmJobs(error="squeue is not installed", installed=False, node=node)
+    if not done.ok:
+        reason = (done.stderr.strip() or f"rc {done.returncode}").splitlines()[-1][:300]
+        return SlurmJobs(error=f"squeue failed: {reason}", node=node)
+    return SlurmJobs(tuple(line.strip() for line in done.stdout.splitlines() if line.strip()), node=node)

@@ -393,3 +393,35 @@ def test_check_leaves_a_gpu_a_job_is_using_alone(fake_nvml_dir: Path, tmp_path: 
     }
     assert any(r["id"] == "gpu.persistence" for r in results)
     assert not any(r["id"] == "bench.matmul" for r in results)
+
+
+def test_busy_gpus_on_a_node_without_slurm_are_not_called_left_behind(
+    fake_nvml_dir: Path, tmp_path: Path
+) -> None:
+    """No Slurm client on this machine: processes on a GPU are nobody's business but their owner's."""
+    scenario = tmp_path / "busy.conf"
+    scenario.write_text("gpus=2\ngpu0.processes=1\n")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_nvml_dir), "DLTUNE_FAKE_NVML_SCENARIO": str(scenario)}
+    if shutil.which("squeue"):
+        pytest.skip("this machine has a Slurm client: the lab test judges processes against real jobs")
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "audit", "--only", "gpu", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    [result] = [r for r in json.loads(done.stdout)["results"] if r["id"] == "gpu.processes"]
+    assert (
+        result["status"] == "pass"
+        and "GPU 0: pid 4000" in result["summary"]
+        and "no Slurm" in result["summary"]
+    )
+
+
+def test_a_power_limit_lowered_by_hand_warns(fake_nvml_dir: Path) -> None:
+    """nvidia-smi -pl 300 on one GPU of an H100 node (700 W default): that GPU warns, the other passes."""
+    _, results = audit(fake_nvml_dir, "power_lowered")
+    assert statuses(results, "gpu.power_limit") == {"0": "pass", "1": "warn"}
+    assert "300 W (default 700 W)" in results[("gpu.power_limit", "1")]["summary"]

@@ -168,6 +168,37 @@ def srun_as_alice(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess
     )
 
 
+def gpu_processes_result(output: str) -> dict[str, Any]:
+    return next(r for r in json.loads(output)["results"] if r["id"] == "gpu.processes")
+
+
+def test_gpu_processes_with_no_job_on_the_node_are_left_behind_and_a_jobs_own_are_not(lab: None) -> None:
+    """Compute processes on GPU 1 of node2 (its fake NVML lists two: no GPU exists here). The real
+    Slurm runs no job on node2, so the audit fails them as left behind; inside a job on node2 the same
+    processes are the job's own and pass."""
+    scenario = "/etc/dltune-lab/nvml-scenario.conf"
+    node = NODES[1]
+    audit = ["dltune", "audit", "--only", "gpu", "--format", "json"]
+    docker_exec(node, "cp", scenario, f"{scenario}.healthy")
+    try:
+        docker_exec(node, "sh", "-c", f"echo gpu1.processes=2 >> {scenario}")
+        idle = subprocess.run(
+            ["docker", "exec", node, "runuser", "-u", "nobody", "--", *audit],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        left = gpu_processes_result(idle.stdout)
+        assert idle.returncode == 1 and left["status"] == "fail" and left["critical"], left
+        assert "GPU 1: pid 4000, 4001" in left["summary"] and left["evidence"]["slurm_jobs"] == [], left
+        job = srun_as_alice(f"--nodelist={node}", *audit, timeout=120)
+        own = gpu_processes_result(job.stdout)
+        assert own["status"] == "pass" and own["evidence"]["slurm_jobs"], (own, job.stderr[-2000:])
+    finally:
+        docker_exec(node, "mv", f"{scenario}.healthy", scenario)
+
+
 def test_a_data_parallel_bench_spans_two_lab_nodes_through_slurm(lab: None) -> None:
     """`dltune bench --multi-node` as one srun task per node: torchrun on each node joins one gloo
     group across both nodes (real PyTorch, the controller's, mounted by tests/lab/torch-env.sh), the

@@ -4,12 +4,14 @@ through the same code the audit and the roles use, against the verdict its heade
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from dltune.bench.specs import spec_for
 from dltune.checks.gpu import xid
-from dltune.probes import nvidia_module_version
+from dltune.checks.system import cpu_governor
+from dltune.probes import collect_snapshot, nvidia_module_version
 from dltune.probes.mounts import parse_fstab, parse_mountinfo, unescape
 from dltune.probes.mountstats import parse_mountstats
 from dltune.probes.network import route_to
@@ -158,3 +160,35 @@ def test_gpu_names_map_to_their_own_peak(sample: Sample) -> None:
     assert name in sample.body
     spec = spec_for(name)
     assert (spec.model if spec else "none") == sample.expect
+
+
+def cpufreq_tree(sample: Sample, root: Path) -> Path:
+    """A sysfs tree holding what the sample shows: "path = value" lines as they are, or one value per
+    CPU of the file its COMMAND reads (with the GOVERNOR its header names, where the sample has none)."""
+    files: dict[str, str] = {}
+    lines = [line for line in sample.body.splitlines() if line.strip()]
+    if all(" = " in line for line in lines):
+        for line in lines:
+            path, _, value = line.partition(" = ")
+            files[path.strip()] = value.split(" [")[0].strip()
+    else:
+        name = next(
+            n for n in ("scaling_governor", "energy_performance_preference") if n in sample.header["COMMAND"]
+        )
+        for cpu, value in enumerate(lines):
+            files[f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/{name}"] = value.strip()
+            if "GOVERNOR" in sample.header:
+                files[f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"] = sample.header[
+                    "GOVERNOR"
+                ]
+    for path, value in files.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(value + "\n")
+    return root
+
+
+@pytest.mark.parametrize("sample", samples("cpufreq"), ids=str)
+def test_cpu_governors(sample: Sample, tmp_path: Path) -> None:
+    snapshot = collect_snapshot(cpufreq_tree(sample, tmp_path), areas=["system"])
+    assert cpu_governor(snapshot).status.value == sample.expect, cpu_governor(snapshot).summary

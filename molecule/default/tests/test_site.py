@@ -33,6 +33,8 @@ CONTAINER_LIMITS: dict[str, tuple[set[str], str]] = {
     "gpu.clocks": ({"skip"}, r"NVML|driver"),
     "gpu.thermal_power": ({"skip"}, r"NVML|driver"),
     "gpu.persistence": ({"skip"}, r"NVML|driver"),
+    "gpu.processes": ({"skip"}, r"NVML|driver"),
+    "gpu.power_limit": ({"skip"}, r"NVML|driver"),
     "gpu.xid": ({"skip"}, r"kernel|log"),
     "nfs.vip_mounts": ({"skip"}, r"nfs_multivip|NFS"),
     "nfs.fstab": ({"skip"}, r"nfs_multivip|NFS"),
@@ -40,6 +42,8 @@ CONTAINER_LIMITS: dict[str, tuple[set[str], str]] = {
     "network.vip_routes": ({"skip"}, r"nfs_multivip|VIP"),
     "network.vip_spread": ({"skip"}, r"nfs_multivip|VIP"),
     "system.reboot_required": ({"warn"}, r"nvidia_driver"),
+    # The host's cpufreq, where a container sees one (this lab's hosts have none).
+    "system.cpu_governor": ({"skip", "warn"}, r"cpufreq|clock down"),
 }
 # Judged inside a job (test_slurm_job_... runs the audit in one), never passed outside one.
 OUTSIDE_A_JOB: dict[str, tuple[set[str], str]] = {
