@@ -316,6 +316,17 @@ class CpuFrequency:
 
 
 @dataclass(frozen=True)
+class TimeSync:
+    """Whether the kernel's clock is synchronised (timedatectl's NTPSynchronized: any NTP client sets
+    it), or the container whose clock is its host's, or why neither could be told."""
+
+    synchronized: bool | None = None
+    container: str | None = None
+    source: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class RebootState:
     required: bool
     packages: tuple[str, ...] = ()
@@ -331,6 +342,7 @@ class Snapshot:
     fstab: Fstab = field(default_factory=Fstab)
     mem_total_kb: int | None = None
     reboot: RebootState = RebootState(required=False)
+    time_sync: TimeSync = field(default_factory=lambda: TimeSync(error="not probed"))
     cpu_frequency: CpuFrequency | None = None  # None: no cpufreq here (a VM, a container, the BIOS)
     expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     manifest_dir: str = MANIFEST_DIR

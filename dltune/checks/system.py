@@ -1,5 +1,5 @@
 """Area ``system``: node-wide state: a pending reboot, the audit's own deadline, the CPUs' frequency
-governor."""
+governor, the clock's synchronisation."""
 
 from __future__ import annotations
 
@@ -81,4 +81,30 @@ def cpu_governor(snap: Snapshot) -> Result:
         Status.PASS,
         f"all {total} CPUs run for performance ({', '.join(sorted(freq.governors))})",
         evidence=evidence,
+    )
+
+
+@check("system.time_sync")
+def time_sync(snap: Snapshot) -> Result:
+    """Distributed training and Slurm (munge credentials) break on clock skew between nodes."""
+    sync = snap.time_sync
+    if sync.container is not None:
+        return Result(
+            "system.time_sync",
+            Status.SKIP,
+            f"a {sync.container} container: its clock is the host's, judge the host",
+        )
+    if sync.synchronized is None:
+        return Result("system.time_sync", Status.SKIP, f"cannot tell: {sync.error}")
+    if not sync.synchronized:
+        return Result(
+            "system.time_sync",
+            Status.FAIL,
+            "the system clock is not synchronised: nodes drift apart (Slurm's munge credentials and "
+            "distributed training break on skew)",
+            evidence={"source": sync.source},
+            remedy="run an NTP client (systemd-timesyncd or chrony) against the site's time servers",
+        )
+    return Result(
+        "system.time_sync", Status.PASS, "the system clock is synchronised", evidence={"source": sync.source}
     )

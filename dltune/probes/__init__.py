@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dltune.probes.clock import read_time_sync
 from dltune.probes.cpu import read_cpu_frequency
 from dltune.probes.hostfs import HostFS
 from dltune.probes.jobenv import (
@@ -38,6 +39,7 @@ from dltune.snapshot import (
     RebootState,
     Responsiveness,
     Snapshot,
+    TimeSync,
     UnparsedLine,
 )
 
@@ -109,6 +111,9 @@ def collect_snapshot(
         mem_total_kb=meminfo_kb(read("/proc/meminfo"), "MemTotal"),
         reboot=_reboot_state(fs),
         cpu_frequency=read_cpu_frequency(fs) if needed("system") else None,
+        time_sync=read_time_sync(runner, max(deadline.limit(5.0), 0.1))
+        if needed("system")
+        else TimeSync(error="not probed"),
         expected=expected,
         manifest_problems=manifest_problems,
         uuid_devices=uuid_devices,

@@ -10,8 +10,9 @@ import pytest
 
 from dltune.bench.specs import spec_for
 from dltune.checks.gpu import xid
-from dltune.checks.system import cpu_governor
+from dltune.checks.system import cpu_governor, time_sync
 from dltune.probes import collect_snapshot, nvidia_module_version
+from dltune.probes.clock import parse_timedatectl, read_time_sync
 from dltune.probes.mounts import parse_fstab, parse_mountinfo, unescape
 from dltune.probes.mountstats import parse_mountstats
 from dltune.probes.network import route_to
@@ -192,3 +193,20 @@ def cpufreq_tree(sample: Sample, root: Path) -> Path:
 def test_cpu_governors(sample: Sample, tmp_path: Path) -> None:
     snapshot = collect_snapshot(cpufreq_tree(sample, tmp_path), areas=["system"])
     assert cpu_governor(snapshot).status.value == sample.expect, cpu_governor(snapshot).summary
+
+
+@pytest.mark.parametrize("sample", samples("timedatectl"), ids=str)
+def test_timedatectl(sample: Sample) -> None:
+    """Both wordings of `timedatectl status` (and `show`'s NTPSynchronized=, tested beside)."""
+    assert parse_timedatectl(sample.body) is (sample.expect == "yes")
+    recorded = RecordedRunner(
+        {
+            "systemd-detect-virt --container": {"returncode": 1, "stdout": "none\n"},
+            "timedatectl status": {"stdout": sample.body},
+        }
+    )
+    sync = read_time_sync(recorded)
+    assert sync.synchronized is (sample.expect == "yes") and sync.source == "timedatectl status"
+    assert time_sync(Snapshot(root="/", time_sync=sync)).status.value == (
+        "pass" if sample.expect == "yes" else "fail"
+    )

@@ -44,6 +44,7 @@ CONTAINER_LIMITS: dict[str, tuple[set[str], str]] = {
     "system.reboot_required": ({"warn"}, r"nvidia_driver"),
     # The host's cpufreq, where a container sees one (this lab's hosts have none).
     "system.cpu_governor": ({"skip", "warn"}, r"cpufreq|clock down"),
+    "system.time_sync": ({"skip"}, r"container"),
 }
 # Judged inside a job (test_slurm_job_... runs the audit in one), never passed outside one.
 OUTSIDE_A_JOB: dict[str, tuple[set[str], str]] = {
