@@ -21,6 +21,7 @@ from dltune.snapshot import (
     UNKNOWN_DEVICE,
     Gpu,
     GpuEvent,
+    SlurmJobs,
     Snapshot,
 )
 
@@ -439,7 +440,7 @@ def processes(snap: Snapshot) -> list[Result]:
         if not listed:
             return [Result("gpu.processes", Status.SKIP, "the driver does not list the GPUs' processes")]
         return [Result("gpu.processes", Status.PASS, f"no compute process on {len(listed)} GPU(s)")]
-    described = "; ".join(
+    running = "; ".join(
         f"GPU {index}: pid {', '.join(map(str, pids))}" for index, pids in sorted(busy.items())
     )
     jobs = snap.slurm_jobs
@@ -449,46 +450,41 @@ def processes(snap: Snapshot) -> list[Result]:
         "slurm_jobs": list(jobs.job_ids) if jobs else None,
         "slurm_error": jobs.error if jobs else None,
     }
-    if jobs is None or not jobs.installed:
-        return [
-            Result(
-                "gpu.processes",
-                Status.PASS,
-                f"compute processes running ({described}); no Slurm on this node to say whose",
-                evidence=evidence,
-            )
-        ]
-    if jobs.error is not None:
-        return [
-            Result(
-                "gpu.processes",
-                Status.WARN,
-                f"compute processes running ({described}); Slurm could not say whether a job owns them: "
-                f"{jobs.error}",
-                evidence=evidence,
-                remedy="check slurmctld (scontrol ping), then rerun the audit",
-            )
-        ]
-    if jobs.job_ids:
-        return [
-            Result(
-                "gpu.processes",
-                Status.PASS,
-                f"compute processes running ({described}) while Slurm runs job(s) "
-                f"{', '.join(jobs.job_ids)} here",
-                evidence=evidence,
-            )
-        ]
+    verdict = _whose(running, jobs)
     return [
         Result(
             "gpu.processes",
-            Status.FAIL,
-            f"compute processes left behind: {described}, while Slurm runs no job on {jobs.node}",
+            verdict.status,
+            verdict.summary,
             evidence=evidence,
-            critical=True,
-            remedy=LEFT_BEHIND_REMEDY,
+            remedy=verdict.remedy,
+            critical=verdict.critical,
         )
     ]
+
+
+def _whose(running: str, jobs: SlurmJobs | None) -> Verdict:
+    if jobs is None or not jobs.installed:
+        return Verdict(
+            Status.PASS, f"compute processes running ({running}); no Slurm on this node to say whose"
+        )
+    if jobs.error is not None:
+        return Verdict(
+            Status.WARN,
+            f"compute processes running ({running}); Slurm could not say whose: {jobs.error}",
+            remedy="check slurmctld (scontrol ping), then rerun the audit",
+        )
+    if jobs.job_ids:
+        return Verdict(
+            Status.PASS,
+            f"compute processes running ({running}) while Slurm runs job(s) {', '.join(jobs.job_ids)} here",
+        )
+    return Verdict(
+        Status.FAIL,
+        f"compute processes left behind: {running}, while Slurm runs no job on {jobs.node}",
+        remedy=LEFT_BEHIND_REMEDY,
+        critical=True,
+    )
 
 
 # NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), column
