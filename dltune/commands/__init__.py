@@ -16,6 +16,8 @@ from dltune.report import console, write_atomically
 from dltune.text import visible
 
 EXIT_INTERRUPTED = 130
+# Every command with a human table takes it: skipped checks are one line unless asked for.
+ALL_OPTION = typer.Option("--all", help="List skipped checks too (human output folds them into one line).")
 
 
 class OutputFormat(str, Enum):

@@ -14,7 +14,14 @@ from typing import Annotated
 import typer
 
 from dltune.checks import run_checks
-from dltune.commands import OutputFormat, check_output_file, parse_areas, stdout_console, write_output
+from dltune.commands import (
+    ALL_OPTION,
+    OutputFormat,
+    check_output_file,
+    parse_areas,
+    stdout_console,
+    write_output,
+)
 from dltune.model import AREAS, EXIT_USAGE_OR_ERROR, Result, exit_code
 from dltune.probes import collect_snapshot
 from dltune.probes.watchdog import Deadline
@@ -22,8 +29,6 @@ from dltune.report import console, render_facts, render_human, render_json, rend
 from dltune.snapshot import Snapshot
 
 log = logging.getLogger("dltune")
-
-ALL_OPTION = typer.Option("--all", help="List skipped checks too (human output folds them into one line).")
 
 
 def check_timeouts(**seconds: float) -> None:

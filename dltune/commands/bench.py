@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
 
-from dltune.commands import BenchFormat, progress_console, stdout_console
-from dltune.commands.audit import ALL_OPTION
+from dltune.commands import ALL_OPTION, BenchFormat, progress_console, stdout_console
 from dltune.model import EXIT_USAGE_OR_ERROR, Result, exit_code
 from dltune.report import render_human, render_json
 

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from dltune.commands import BenchFormat, progress_console, stdout_console
-from dltune.commands.audit import ALL_OPTION, audit_results, check_timeouts
+from dltune.commands import ALL_OPTION, BenchFormat, progress_console, stdout_console
+from dltune.commands.audit import audit_results, check_timeouts
 from dltune.model import Result, Status, exit_code
 from dltune.probes.watchdog import Deadline
 from dltune.report import render_human, render_json

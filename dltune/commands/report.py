@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from dltune.commands import check_output_file, stdout_console, write_output
-from dltune.commands.audit import ALL_OPTION
+from dltune.commands import ALL_OPTION, check_output_file, stdout_console, write_output
 
 
 def report(

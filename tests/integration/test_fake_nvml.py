@@ -372,19 +372,26 @@ def test_bench_on_a_node_whose_gpus_pytorch_cannot_see_stops_with_the_reason(fak
     assert "--device cpu" in done.stderr
 
 
-def test_check_leaves_a_gpu_a_job_is_using_alone(fake_nvml_dir: Path, tmp_path: Path) -> None:
-    """Compute processes on a GPU (a job): `dltune check` audits, then skips its bench, naming them."""
-    scenario = tmp_path / "busy.conf"
-    scenario.write_text("gpus=2\ngpu1.processes=2\n")
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_nvml_dir), "DLTUNE_FAKE_NVML_SCENARIO": str(scenario)}
-    done = subprocess.run(
-        [sys.executable, "-m", "dltune.cli", "check", "--format", "json"],
+def dltune_with_scenario(
+    library_dir: Path, scenario: Path, *args: str, timeout: int = 120
+) -> subprocess.CompletedProcess[str]:
+    """dltune against the fake NVML with a scenario file written by the test itself."""
+    env = {**os.environ, "LD_LIBRARY_PATH": str(library_dir), "DLTUNE_FAKE_NVML_SCENARIO": str(scenario)}
+    return subprocess.run(
+        [sys.executable, "-m", "dltune.cli", *args],
         capture_output=True,
         text=True,
         env=env,
         check=False,
-        timeout=120,
+        timeout=timeout,
     )
+
+
+def test_check_leaves_a_gpu_a_job_is_using_alone(fake_nvml_dir: Path, tmp_path: Path) -> None:
+    """Compute processes on a GPU (a job): `dltune check` audits, then skips its bench, naming them."""
+    scenario = tmp_path / "busy.conf"
+    scenario.write_text("gpus=2\ngpu1.processes=2\n")
+    done = dltune_with_scenario(fake_nvml_dir, scenario, "check", "--format", "json")
     results = json.loads(done.stdout)["results"]
     gate = results[-1]
     assert gate["id"] == "bench.run" and gate["status"] == "skip", gate
@@ -401,16 +408,10 @@ def test_busy_gpus_on_a_node_without_slurm_are_not_called_left_behind(
     """No Slurm client on this machine: processes on a GPU are nobody's business but their owner's."""
     scenario = tmp_path / "busy.conf"
     scenario.write_text("gpus=2\ngpu0.processes=1\n")
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_nvml_dir), "DLTUNE_FAKE_NVML_SCENARIO": str(scenario)}
     if shutil.which("squeue"):
         pytest.skip("this machine has a Slurm client: the lab test judges processes against real jobs")
-    done = subprocess.run(
-        [sys.executable, "-m", "dltune.cli", "audit", "--only", "gpu", "--format", "json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=60,
+    done = dltune_with_scenario(
+        fake_nvml_dir, scenario, "audit", "--only", "gpu", "--format", "json", timeout=60
     )
     [result] = [r for r in json.loads(done.stdout)["results"] if r["id"] == "gpu.processes"]
     assert (
