@@ -10,7 +10,18 @@ from typing import Any
 
 from dltune.text import visible, visible_data
 
-AREAS: tuple[str, ...] = ("system", "storage", "driver", "gpu", "nfs", "network", "env", "staging", "bench")
+AREAS: tuple[str, ...] = (
+    "system",
+    "storage",
+    "driver",
+    "gpu",
+    "fabric",
+    "nfs",
+    "network",
+    "env",
+    "staging",
+    "bench",
+)
 
 
 class Status(str, enum.Enum):

@@ -164,6 +164,28 @@ REASON_NAMES = {
 
 
 @dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a GPU: whether it is active, and its error counters since the driver loaded
+    (None: the driver does not count that kind here)."""
+
+    link: int
+    active: bool
+    replay_errors: int | None = None
+    recovery_errors: int | None = None
+    crc_flit_errors: int | None = None
+    crc_data_errors: int | None = None
+
+    def counters(self) -> dict[str, int]:
+        named = {
+            "replay": self.replay_errors,
+            "recovery": self.recovery_errors,
+            "crc_flit": self.crc_flit_errors,
+            "crc_data": self.crc_data_errors,
+        }
+        return {name: value for name, value in named.items() if value is not None}
+
+
+@dataclass(frozen=True)
 class Gpu:
     index: int
     error: str | None = None  # a GPU that fell off the bus ("GPU is lost") keeps its slot
@@ -193,6 +215,11 @@ class Gpu:
     clock_window_s: float | None = None
     # Compute processes on the GPU (a job's, or one left behind); None: NVML could not say.
     compute_pids: tuple[int, ...] | None = None
+    pci_bus_id: str | None = None  # "0000:3b:00.0", lower case, as sysfs names the device
+    vbios_version: str | None = None
+    inforom_image: str | None = None
+    # The GPU's NVLinks as NVML answers per link; () where it has none (a PCIe card), None: not read.
+    nvlinks: tuple[NvLink, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -327,6 +354,70 @@ class TimeSync:
 
 
 @dataclass(frozen=True)
+class AerCounts:
+    """A PCIe device's Advanced Error Reporting totals since boot (sysfs aer_dev_*; None: that file
+    is absent), and the named counters that are not zero."""
+
+    fatal: int | None
+    nonfatal: int | None
+    correctable: int | None
+    nonzero: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    """A GPU, NVSwitch or RDMA adapter on the PCI bus, as sysfs describes it."""
+
+    address: str  # "0000:3b:00.0"
+    kind: str  # "gpu" | "nvswitch" | "hca"
+    vendor: str
+    device_class: str
+    aer: AerCounts | None = None  # None: the kernel keeps no AER statistics for it
+    link_width: int | None = None
+    link_width_max: int | None = None
+    link_speed: str | None = None  # "16.0 GT/s PCIe"
+    link_speed_max: str | None = None
+
+
+@dataclass(frozen=True)
+class IbPort:
+    """One port of an RDMA device (/sys/class/infiniband/<device>/ports/<port>): InfiniBand or RoCE."""
+
+    device: str
+    port: int
+    state: str  # "ACTIVE", "DOWN", "INIT", "ARMED" (the name, without sysfs's number)
+    phys_state: str  # "LinkUp", "Polling", "Disabled", ...
+    rate_gbps: float | None = None
+    width: str | None = None  # "4X"
+    link_layer: str = "InfiniBand"  # or "Ethernet" (RoCE)
+    counters: Mapping[str, int] = field(default_factory=dict)
+    pci_address: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}/{self.port}"
+
+    @property
+    def linked(self) -> bool:
+        return self.state == "ACTIVE" and self.phys_state == "LinkUp"
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The node's interconnects as sysfs and /proc show them: GPUs, NVSwitches and RDMA adapters on
+    the PCI bus, RDMA ports, IPoIB interfaces, and whether Fabric Manager runs."""
+
+    pci: tuple[PciDevice, ...] = ()
+    ib_ports: tuple[IbPort, ...] = ()
+    ib_error: str | None = None  # the RDMA ports could not be read (late, or unreadable)
+    # interface -> operstate ("up", "down"; "absent" where no such interface exists)
+    ipoib: Mapping[str, str] = field(default_factory=dict)
+    fabric_manager_running: bool | None = None  # None: not looked for (no NVSwitch)
+    kernel_release: str | None = None
+    open_kernel_module: bool | None = None  # the NVIDIA module is the open one (DMA-BUF capable)
+
+
+@dataclass(frozen=True)
 class RebootState:
     required: bool
     packages: tuple[str, ...] = ()
@@ -366,6 +457,10 @@ class Snapshot:
     # NFS mount point -> its options and RPC transport(s), from /proc/self/mountstats (nfs area)
     nfs_stats: Mapping[str, NfsMountStats] = field(default_factory=dict)
     kernel_log: KernelLog = field(default_factory=lambda: KernelLog(None, "not probed"))
+    fabric: Fabric = field(default_factory=Fabric)
+    # counter values of the previous audit (--previous, or the --facts-file being replaced), by
+    # "<check id>|<subject>": what rose since then is judged, not only what is high
+    previous: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     # Asked only when a GPU runs compute processes: whose are they (None: not asked)
     slurm_jobs: SlurmJobs | None = None
     # env/staging: the audit's own environment (job variables only), its uid, lstat facts of

@@ -101,12 +101,13 @@ def run_checks(snapshot: Snapshot, areas: Iterable[str] | None = None) -> list[R
 
 
 # Importing the area modules registers their checks.
-from dltune.checks import driver, env, gpu, network, nfs, staging, storage, system  # noqa: E402
+from dltune.checks import driver, env, fabric, gpu, network, nfs, staging, storage, system  # noqa: E402
 
 __all__ = [
     "check",
     "driver",
     "env",
+    "fabric",
     "gpu",
     "network",
     "nfs",

@@ -606,3 +606,52 @@ def xid(snap: Snapshot) -> list[Result]:
             )
         )
     return results
+
+
+FIRMWARE_REMEDY = (
+    "flash the odd GPUs to the version the others run (nvflash / the vendor's firmware bundle); a "
+    "mix of VBIOS or InfoROM versions in one node behaves differently under load and in DCGM's tests"
+)
+
+
+@check("gpu.firmware")
+def firmware(snap: Snapshot) -> Result:
+    """VBIOS and InfoROM image versions equal across the node's GPUs of one model."""
+    if not snap.nvml.available:
+        return _unavailable("gpu.firmware", snap)
+    by_model: dict[str, dict[str, dict[str, list[int]]]] = {}
+    for gpu in snap.nvml.gpus:
+        if gpu.error is not None or gpu.unreadable is not None:
+            continue
+        model = by_model.setdefault(gpu.name or "unknown model", {"vbios": {}, "inforom": {}})
+        if gpu.vbios_version:
+            model["vbios"].setdefault(gpu.vbios_version, []).append(gpu.index)
+        if gpu.inforom_image:
+            model["inforom"].setdefault(gpu.inforom_image, []).append(gpu.index)
+    known = {name: kinds for name, kinds in by_model.items() if kinds["vbios"] or kinds["inforom"]}
+    if not known:
+        return Result("gpu.firmware", Status.SKIP, "NVML reports no VBIOS or InfoROM version")
+    evidence = {"models": known}
+    mixed = [
+        f"{name}: {kind} "
+        + ", ".join(
+            f"{version} on GPU {', '.join(map(str, gpus))}" for version, gpus in sorted(found.items())
+        )
+        for name, kinds in sorted(known.items())
+        for kind, found in kinds.items()
+        if len(found) > 1
+    ]
+    if mixed:
+        return Result(
+            "gpu.firmware",
+            Status.WARN,
+            f"GPUs of one model run different firmware: {'; '.join(mixed)}",
+            evidence=evidence,
+            remedy=FIRMWARE_REMEDY,
+        )
+    described = "; ".join(
+        f"{name}: VBIOS {', '.join(kinds['vbios']) or 'unknown'}, "
+        f"InfoROM {', '.join(kinds['inforom']) or 'unknown'}"
+        for name, kinds in sorted(known.items())
+    )
+    return Result("gpu.firmware", Status.PASS, f"one firmware per model: {described}", evidence=evidence)

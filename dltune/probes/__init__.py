@@ -12,6 +12,7 @@ from typing import Any
 
 from dltune.probes.clock import read_time_sync
 from dltune.probes.cpu import read_cpu_frequency
+from dltune.probes.fabric import read_fabric
 from dltune.probes.hostfs import HostFS
 from dltune.probes.jobenv import (
     job_paths,
@@ -32,6 +33,7 @@ from dltune.probes.storage import data_mount_points, meminfo_kb, resolve_uuids, 
 from dltune.probes.watchdog import Deadline
 from dltune.snapshot import (
     NFS_FSTYPES,
+    Fabric,
     Fstab,
     KernelLog,
     Mount,
@@ -54,6 +56,7 @@ def collect_snapshot(
     environ: Mapping[str, str] | None = None,
     nvml_timeout: float = NVML_TIMEOUT_S,
     deadline: Deadline | None = None,
+    previous: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Snapshot:
     """Read the host. With ``areas``, probes that only other areas judge (NVML, statvfs) are left out:
     `--only storage` must not touch a GPU driver that may hang, nor a mount that may. Probes that can
@@ -98,11 +101,12 @@ def collect_snapshot(
         NvmlState(False, "NVML is not read under --root")
         if fs.root != Path("/")
         else probe_nvml_in_child(nvml_timeout, deadline)
-        if needed("gpu", "driver")
+        if needed("gpu", "driver", "fabric")
         else NvmlState(False, "not probed: gpu and driver areas not asked for")
     )
     busy = needed("gpu") and any(g.compute_pids for g in nvml.gpus)
     files = read_files(fs, _env_files(expected)) if env_wanted else {}
+    nvidia_version = read_optional(fs, "/proc/driver/nvidia/version")
     return Snapshot(
         root=str(fs.root),
         mounts=mounts,
@@ -126,11 +130,13 @@ def collect_snapshot(
         if needed("storage")
         else {},
         nvml=nvml,
-        nvidia_module_version=nvidia_module_version(read_optional(fs, "/proc/driver/nvidia/version")),
+        nvidia_module_version=nvidia_module_version(nvidia_version),
         kernel_modules=frozenset(
             line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line
         ),
-        driver_packages=read_driver_packages(fs) if needed("driver") else None,
+        driver_packages=read_driver_packages(fs) if needed("driver", "fabric") else None,
+        fabric=read_fabric(fs, expected, nvidia_version, deadline) if needed("fabric") else Fabric(),
+        previous=previous or {},
         vip_routes=(
             {vip: route_to(runner, vip) for vip in _manifest_vips(expected)} if needed("network") else {}
         ),

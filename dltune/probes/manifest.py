@@ -75,6 +75,19 @@ ROLE_KEYS: dict[str, dict[str, Field]] = {
         "cache_variables": optional(list, items=of(str)),
         "files": optional(dict, items=of(str)),
     },
+    # Not a tuning: what the site expects of the node's hardware (the dltune role's dltune_health_*).
+    "health": {
+        "ib_ports": _objects(
+            device=of(str),
+            port=optional(int, minimum=1, maximum=255),
+            rate_gbps=optional(int, float, minimum=0),
+            width=optional(str),
+            link_layer=optional(str, choices=("InfiniBand", "Ethernet")),
+        ),
+        "ipoib_interfaces": optional(list, items=of(str)),
+        "gpudirect_rdma": optional(bool),
+        "nvlink_links_per_gpu": optional(int, type(None), minimum=0, maximum=64),
+    },
     "slurm_tmpdir": {
         "base": of(str),
         "set_tmpdir": optional(bool),

@@ -17,7 +17,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dltune.probes.watchdog import CHILD_MARKER, Deadline, run_child, stuck_children
-from dltune.snapshot import HW_POWER_BRAKE, HW_THERMAL, SW_POWER_CAP, SW_THERMAL, SYNC_BOOST, Gpu, NvmlState
+from dltune.snapshot import (
+    HW_POWER_BRAKE,
+    HW_THERMAL,
+    SW_POWER_CAP,
+    SW_THERMAL,
+    SYNC_BOOST,
+    Gpu,
+    NvLink,
+    NvmlState,
+)
 
 T = TypeVar("T")
 
@@ -90,6 +99,8 @@ def _from_json(data: dict[str, Any]) -> NvmlState:
             gpu["clock_event_share"] = {int(bit): value for bit, value in share.items()}
         if gpu.get("compute_pids") is not None:
             gpu["compute_pids"] = tuple(gpu["compute_pids"])
+        if gpu.get("nvlinks") is not None:
+            gpu["nvlinks"] = tuple(NvLink(**link) for link in gpu["nvlinks"])
         gpus.append(Gpu(**gpu))
     return NvmlState(**data, gpus=tuple(gpus))
 
@@ -175,6 +186,41 @@ def _clock_window(pynvml: Any, gpu: Gpu, handle: Any, before: dict[int, int] | N
     )
 
 
+# NVML's NVLink error counters (nvmlNvLinkErrorCounter_t), by NvLink field.
+NVLINK_COUNTERS = {
+    "replay_errors": 0,  # NVML_NVLINK_ERROR_DL_REPLAY
+    "recovery_errors": 1,  # NVML_NVLINK_ERROR_DL_RECOVERY
+    "crc_flit_errors": 2,  # NVML_NVLINK_ERROR_DL_CRC_FLIT
+    "crc_data_errors": 3,  # NVML_NVLINK_ERROR_DL_CRC_DATA
+}
+MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS (r560)
+
+
+def _nvlinks(pynvml: Any, field: Callable[..., Any]) -> tuple[NvLink, ...]:
+    """Each link NVML answers for; a link it does not (beyond the GPU's count, or every link of a
+    PCIe card) is left out."""
+    links = []
+    for link in range(MAX_NVLINKS):
+        active = field(pynvml.nvmlDeviceGetNvLinkState, link)
+        if active is None:
+            continue
+        counters = {
+            name: field(pynvml.nvmlDeviceGetNvLinkErrorCounter, link, counter)
+            for name, counter in NVLINK_COUNTERS.items()
+        }
+        links.append(NvLink(link, bool(active), **counters))
+    return tuple(links)
+
+
+def _bus_id(info: Any) -> str | None:
+    """NVML's "00000000:3B:00.0" as sysfs names the device: "0000:3b:00.0"."""
+    if info is None:
+        return None
+    raw = _text(info.busId).strip().lower()
+    domain, _, rest = raw.partition(":")
+    return f"{domain[-4:]}:{rest}" if rest else None
+
+
 # long: one NVML call per Gpu field, in one constructor call
 def _gpu(pynvml: Any, index: int) -> tuple[Gpu, Any, dict[int, int] | None]:
     """The GPU's fields, its handle (None when it has none), and its clock-event counters now."""
@@ -212,6 +258,8 @@ def _gpu(pynvml: Any, index: int) -> tuple[Gpu, Any, dict[int, int] | None]:
     name = field(pynvml.nvmlDeviceGetName)
     uuid = field(pynvml.nvmlDeviceGetUUID)
     processes = field(pynvml.nvmlDeviceGetComputeRunningProcesses)
+    vbios = field(pynvml.nvmlDeviceGetVbiosVersion)
+    inforom = field(pynvml.nvmlDeviceGetInforomImageVersion)
     gpu = Gpu(
         index=index,
         name=_text(name) if name is not None else None,
@@ -238,6 +286,10 @@ def _gpu(pynvml: Any, index: int) -> tuple[Gpu, Any, dict[int, int] | None]:
         utilization_percent=None if utilization is None else int(utilization.gpu),
         power_default_limit_w=None if default_limit is None else default_limit / 1000.0,
         compute_pids=None if processes is None else tuple(sorted(int(p.pid) for p in processes)),
+        pci_bus_id=_bus_id(field(pynvml.nvmlDeviceGetPciInfo)),
+        vbios_version=_text(vbios) if vbios is not None else None,
+        inforom_image=_text(inforom) if inforom is not None else None,
+        nvlinks=_nvlinks(pynvml, field),
     )
     if lost:
         return Gpu(index=index, error=lost[0]), None, None

@@ -32,6 +32,12 @@ typedef struct {
     unsigned pcie_gen, pcie_gen_max, pcie_width, pcie_width_max;
     unsigned long long throttle, ecc_uncorrected, ecc_corrected;
     unsigned remap_corr, remap_unc, remap_pending, remap_failure;
+    /* NVLink: links the GPU has (0: a PCIe card), which are down (",2,5," style list), and the error
+     * counters every link reports */
+    unsigned nvlinks;
+    char nvlink_down[128];
+    unsigned long long nvlink_replay, nvlink_recovery, nvlink_crc_flit, nvlink_crc_data;
+    char pci_bus_id[32], vbios[32], inforom[32];
 } gpu_t;
 
 static gpu_t gpus[MAX_GPUS];
@@ -88,6 +94,15 @@ static void set_field(gpu_t *g, const char *key, const char *val) {
     else if (!strcmp(key, "remap_pending")) g->remap_pending = (unsigned)n;
     else if (!strcmp(key, "remap_failure")) g->remap_failure = (unsigned)n;
     else if (!strcmp(key, "remap_unc")) g->remap_unc = (unsigned)n;
+    else if (!strcmp(key, "nvlinks")) g->nvlinks = (unsigned)n;
+    else if (!strcmp(key, "nvlink_down")) snprintf(g->nvlink_down, sizeof g->nvlink_down, ",%s,", val);
+    else if (!strcmp(key, "nvlink_replay")) g->nvlink_replay = n;
+    else if (!strcmp(key, "nvlink_recovery")) g->nvlink_recovery = n;
+    else if (!strcmp(key, "nvlink_crc_flit")) g->nvlink_crc_flit = n;
+    else if (!strcmp(key, "nvlink_crc_data")) g->nvlink_crc_data = n;
+    else if (!strcmp(key, "pci_bus_id")) snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "%s", val);
+    else if (!strcmp(key, "vbios")) snprintf(g->vbios, sizeof g->vbios, "%s", val);
+    else if (!strcmp(key, "inforom")) snprintf(g->inforom, sizeof g->inforom, "%s", val);
     else fprintf(stderr, "fake-nvml: unknown key %s\n", key);
 }
 
@@ -102,6 +117,10 @@ static void defaults(void) {
         g->power_mw = 70000; g->power_limit_mw = 700000;
         g->pcie_gen = 5; g->pcie_gen_max = 5; g->pcie_width = 16; g->pcie_width_max = 16;
         g->throttle = 0x1; /* idle */
+        /* as nvidia-smi prints them: an 8-digit domain, upper-case hex */
+        snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "00000000:%02X:00.0", 0x18 + 0x10 * i);
+        snprintf(g->vbios, sizeof g->vbios, "96.00.99.00.01");
+        snprintf(g->inforom, sizeof g->inforom, "G520.0200.00.05");
     }
 }
 
@@ -312,4 +331,56 @@ int nvmlDeviceGetFieldValues(void *dev, int count, field_value_t *values) {
         v->value.ull = (unsigned long long)(share * elapsed_ns);
     }
     return OK;
+}
+
+/* nvmlPciInfo_t as nvml.h (v3) lays it out */
+typedef struct {
+    char bus_id_legacy[16];
+    unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+} pci_info_t;
+
+int nvmlDeviceGetPciInfo_v3(void *dev, pci_info_t *info) {
+    DEVICE_GUARD(dev, "pci");
+    memset(info, 0, sizeof *info);
+    snprintf(info->bus_id, sizeof info->bus_id, "%s", g->pci_bus_id);
+    snprintf(info->bus_id_legacy, sizeof info->bus_id_legacy, "%.15s", g->pci_bus_id + 4);
+    info->pci_device_id = 0x233010de;
+    return OK;
+}
+
+int nvmlDeviceGetVbiosVersion(void *dev, char *buf, unsigned len) {
+    DEVICE_GUARD(dev, "vbios");
+    if (strlen(g->vbios) + 1 > len) return INSUFFICIENT;
+    snprintf(buf, len, "%s", g->vbios);
+    return OK;
+}
+
+int nvmlDeviceGetInforomImageVersion(void *dev, char *buf, unsigned len) {
+    DEVICE_GUARD(dev, "inforom");
+    if (strlen(g->inforom) + 1 > len) return INSUFFICIENT;
+    snprintf(buf, len, "%s", g->inforom);
+    return OK;
+}
+
+/* A link beyond the GPU's count answers NotSupported, as on a PCIe card for every link. */
+int nvmlDeviceGetNvLinkState(void *dev, unsigned link, unsigned *active) {
+    DEVICE_GUARD(dev, "nvlink");
+    char needle[16];
+    if (link >= g->nvlinks) return NOT_SUPPORTED;
+    snprintf(needle, sizeof needle, ",%u,", link);
+    *active = strstr(g->nvlink_down, needle) == NULL;
+    return OK;
+}
+
+int nvmlDeviceGetNvLinkErrorCounter(void *dev, unsigned link, int counter, unsigned long long *value) {
+    DEVICE_GUARD(dev, "nvlink");
+    if (link >= g->nvlinks) return NOT_SUPPORTED;
+    switch (counter) {
+    case 0: *value = g->nvlink_replay; return OK;
+    case 1: *value = g->nvlink_recovery; return OK;
+    case 2: *value = g->nvlink_crc_flit; return OK;
+    case 3: *value = g->nvlink_crc_data; return OK;
+    default: return NOT_SUPPORTED;
+    }
 }

@@ -1,0 +1,617 @@
+"""Area ``fabric``: the interconnects multi-node training depends on: InfiniBand/RoCE ports, PCIe
+errors of GPUs and adapters, NVLink, Fabric Manager, GPUDirect RDMA.
+
+Health is not tuning: a fault (a port cabled but not linking, an NVLink down, an NVSwitch system
+without Fabric Manager) fails with or without a manifest. What only the site knows (which ports must
+be up and at what rate, whether GPUDirect RDMA is required, how many NVLinks a GPU has) comes from
+the dltune role's ``health`` fragment. Counters are judged by their level and, when the previous
+audit's output is given, by how much they rose since."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dltune.checks import check
+from dltune.model import Result, Status
+from dltune.snapshot import AerCounts, Gpu, IbPort, PciDevice, Snapshot
+
+# PCIe AER: correctable errors are retried by the link layer; many of them mean a marginal link
+# (riser, slot, signal integrity) that will soon drop to a lower speed or fail.
+AER_CORRECTABLE_WARN = 1000
+AER_CORRECTABLE_RISE_WARN = 100
+# InfiniBand PortCounters: levels since the counters were last cleared (a warn each), and rises
+# since the previous audit that mean the link is getting worse now. Width-limited counters stop at
+# their maximum (link_downed and link_error_recovery are 8-bit, symbol_error 16-bit).
+IB_COUNTER_WARN = {
+    "symbol_error": 100,
+    "link_error_recovery": 10,
+    "link_downed": 5,
+    "port_rcv_errors": 100,
+    "local_link_integrity_errors": 10,
+    "excessive_buffer_overrun_errors": 10,
+}
+IB_COUNTER_RISE_WARN = {
+    "symbol_error": 10,
+    "link_error_recovery": 1,
+    "link_downed": 1,
+    "port_rcv_errors": 10,
+    "local_link_integrity_errors": 1,
+    "excessive_buffer_overrun_errors": 1,
+}
+IB_COUNTER_MAX = {"symbol_error": 0xFFFF, "link_error_recovery": 0xFF, "link_downed": 0xFF}
+# NVLink: the data link layer replays (CRC) and recovers links by itself; a steady stream of either
+# costs bandwidth, and recoveries stall every transfer on the link.
+NVLINK_REPLAY_WARN = 1000
+NVLINK_RECOVERY_WARN = 10
+NVLINK_RISE_WARN = {"replay": 100, "recovery": 1, "crc_flit": 100, "crc_data": 100}
+# DMA-BUF (the GPUDirect RDMA path NVIDIA recommends with its open kernel modules) needs Linux 5.12.
+DMABUF_KERNEL = (5, 12)
+
+DEVICE_NAMES = {"gpu": "GPU", "nvswitch": "NVSwitch", "hca": "adapter"}
+HEALTH_VARIABLES = "the dltune role's dltune_health_* variables"
+
+
+def _health(snap: Snapshot) -> Mapping[str, Any]:
+    return snap.expected.get("health", {})
+
+
+def _rises(snap: Snapshot, check_id: str, subject: str, now: Mapping[str, int]) -> dict[str, int]:
+    """How much each counter rose since the previous audit (a counter that went down was reset)."""
+    before = snap.previous.get(f"{check_id}|{subject}", {})
+    return {name: now[name] - before[name] for name in now if name in before and now[name] > before[name]}
+
+
+# ------------------------------------------------------------------------------------------ PCIe AER
+
+
+def _device_label(snap: Snapshot, device: PciDevice) -> str:
+    for gpu in snap.nvml.gpus:
+        if gpu.pci_bus_id == device.address:
+            return f"GPU {gpu.index} ({device.address})"
+    return f"{DEVICE_NAMES.get(device.kind, device.kind)} {device.address}"
+
+
+@check("fabric.pcie_aer")
+def pcie_aer(snap: Snapshot) -> list[Result]:
+    """PCIe Advanced Error Reporting counters of every GPU, NVSwitch and RDMA adapter since boot."""
+    devices = snap.fabric.pci
+    if not devices:
+        return [Result("fabric.pcie_aer", Status.SKIP, "no GPU, NVSwitch or RDMA adapter on the PCI bus")]
+    results = [_judge_aer(snap, device, device.aer) for device in devices if device.aer is not None]
+    if not results:
+        return [
+            Result(
+                "fabric.pcie_aer",
+                Status.SKIP,
+                f"the kernel keeps no AER statistics for the {len(devices)} GPU/adapter device(s) here "
+                "(AER off, or handled by the firmware)",
+            )
+        ]
+    return results
+
+
+def _judge_aer(snap: Snapshot, device: PciDevice, aer: AerCounts) -> Result:
+    label = _device_label(snap, device)
+    counters = {
+        name: value
+        for name, value in (
+            ("fatal", aer.fatal),
+            ("nonfatal", aer.nonfatal),
+            ("correctable", aer.correctable),
+        )
+        if value is not None
+    }
+    evidence = {"counters": counters, "nonzero": dict(aer.nonzero)}
+    rose = _rises(snap, "fabric.pcie_aer", device.address, counters)
+    if aer.fatal:
+        return Result(
+            "fabric.pcie_aer",
+            Status.FAIL,
+            f"{label}: {aer.fatal} fatal PCIe error(s) since boot: the link was reset under the driver",
+            device.address,
+            evidence,
+            "drain the node; reseat the device or riser and check the slot (the kernel log names the "
+            "error); replace it if the errors return",
+            critical=True,
+        )
+    if aer.nonfatal:
+        return Result(
+            "fabric.pcie_aer",
+            Status.FAIL,
+            f"{label}: {aer.nonfatal} uncorrectable (non-fatal) PCIe error(s) since boot: transfers "
+            "were lost",
+            device.address,
+            evidence,
+            "check the kernel log for the failing requests; reseat or replace the device if they recur",
+        )
+    if (aer.correctable or 0) >= AER_CORRECTABLE_WARN or rose.get(
+        "correctable", 0
+    ) >= AER_CORRECTABLE_RISE_WARN:
+        since = f", {rose['correctable']} since the previous audit" if rose.get("correctable") else ""
+        return Result(
+            "fabric.pcie_aer",
+            Status.WARN,
+            f"{label}: {aer.correctable} correctable PCIe errors since boot{since}: a marginal link",
+            device.address,
+            {**evidence, "rose": rose},
+            "a marginal PCIe link (riser, slot, cable) retries transfers and later drops speed or "
+            "fails: reseat the device at the next maintenance",
+        )
+    return Result(
+        "fabric.pcie_aer",
+        Status.PASS,
+        f"{label}: no uncorrectable PCIe errors, {aer.correctable or 0} correctable since boot",
+        device.address,
+        evidence,
+    )
+
+
+# ----------------------------------------------------------------------------- InfiniBand / RoCE
+
+
+def _expected_ports(snap: Snapshot) -> list[Mapping[str, Any]]:
+    return [p for p in _health(snap).get("ib_ports", []) if isinstance(p, Mapping)]
+
+
+def _expectation_for(port: IbPort, expected: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    for wanted in expected:
+        if (
+            fnmatch.fnmatchcase(port.device, str(wanted.get("device", "")))
+            and wanted.get("port", 1) == port.port
+        ):
+            return wanted
+    return None
+
+
+def _no_ports(snap: Snapshot, check_id: str) -> Result | None:
+    fabric = snap.fabric
+    if fabric.ib_error:
+        return Result(
+            check_id,
+            Status.FAIL,
+            f"cannot judge the RDMA ports: {fabric.ib_error}",
+            remedy="an adapter that does not answer in sysfs is wedged: drain the node and reset or "
+            "replace it",
+            critical=True,
+        )
+    if not fabric.ib_ports and not _expected_ports(snap):
+        return Result(check_id, Status.SKIP, "no InfiniBand or RoCE ports on this node, and none expected")
+    return None
+
+
+@check("fabric.ib_ports", needs=("manifest:health",))
+def ib_ports(snap: Snapshot) -> list[Result]:
+    """Every expected port ACTIVE/LinkUp at its rate and width; an enabled port without a link."""
+    empty = _no_ports(snap, "fabric.ib_ports")
+    if empty:
+        return [empty]
+    expected = _expected_ports(snap)
+    results = [_judge_port(port, _expectation_for(port, expected)) for port in snap.fabric.ib_ports]
+    for wanted in expected:
+        if not any(_expectation_for(port, [wanted]) for port in snap.fabric.ib_ports):
+            name = f"{wanted.get('device')}/{wanted.get('port', 1)}"
+            results.append(
+                Result(
+                    "fabric.ib_ports",
+                    Status.FAIL,
+                    f"expected RDMA port {name} does not exist (adapter missing, renamed, or its driver "
+                    "not loaded)",
+                    name,
+                    {"expected": dict(wanted), "present": [p.name for p in snap.fabric.ib_ports]},
+                    "check the adapter (lspci, the mlx5_core driver) and the device names in "
+                    f"{HEALTH_VARIABLES} (rdma-core's persistent names differ from mlx5_N)",
+                    critical=True,
+                )
+            )
+    return results
+
+
+def _port_evidence(port: IbPort, wanted: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {
+        "state": port.state,
+        "phys_state": port.phys_state,
+        "rate_gbps": port.rate_gbps,
+        "width": port.width,
+        "link_layer": port.link_layer,
+        "expected": dict(wanted) if wanted else None,
+    }
+
+
+# long: one verdict per port state, each with its own words and remedy
+def _judge_port(port: IbPort, wanted: Mapping[str, Any] | None) -> Result:
+    evidence = _port_evidence(port, wanted)
+    kind = "RoCE" if port.link_layer == "Ethernet" else "InfiniBand"
+    if not port.linked:
+        if wanted is None and port.phys_state == "Disabled":
+            return Result(
+                "fabric.ib_ports",
+                Status.PASS,
+                f"{kind} port disabled and not expected: unused",
+                port.name,
+                evidence,
+            )
+        if port.phys_state == "LinkUp":
+            what = f"link up but port {port.state}" + (
+                ": no subnet manager has configured it" if port.state in ("INIT", "ARMED") else ""
+            )
+            remedy = (
+                "check that a subnet manager (opensm, or the switch's) runs on this fabric and sees the port"
+            )
+        elif port.phys_state == "Polling":
+            what = "enabled but no link (Polling): cable unplugged or faulty, or the switch port down"
+            remedy = "check the cable and the switch port; disable the port if it is meant to be unused"
+        else:
+            what = f"{port.state}/{port.phys_state}"
+            remedy = "bring the port up (cable, switch port, adapter firmware)"
+        return Result(
+            "fabric.ib_ports",
+            Status.FAIL if wanted else Status.WARN,
+            f"{kind} port {what}" + ("" if wanted else " (not listed in the expected ports)"),
+            port.name,
+            evidence,
+            remedy,
+            critical=wanted is not None,
+        )
+    short = _below_expectation(port, wanted)
+    if short:
+        return Result(
+            "fabric.ib_ports",
+            Status.FAIL,
+            f"{kind} port active at {short}",
+            port.name,
+            evidence,
+            "a link that trained below its rate or width has a bad cable, transceiver or port: "
+            "reseat or replace it (ibdiagnet, mlxlink -d <dev> show the lane errors)",
+            metrics={"rate_gbps": port.rate_gbps or 0.0},
+        )
+    rate = f"{port.rate_gbps:g} Gb/s" if port.rate_gbps is not None else "unknown rate"
+    return Result(
+        "fabric.ib_ports",
+        Status.PASS,
+        f"{kind} port active at {rate}" + (f" ({port.width})" if port.width else ""),
+        port.name,
+        evidence,
+        metrics={"rate_gbps": port.rate_gbps or 0.0},
+    )
+
+
+def _below_expectation(port: IbPort, wanted: Mapping[str, Any] | None) -> str | None:
+    if not wanted:
+        return None
+    rate = wanted.get("rate_gbps")
+    if rate is not None and (port.rate_gbps is None or port.rate_gbps < float(rate)):
+        return (
+            f"{port.rate_gbps if port.rate_gbps is not None else 'an unknown rate'} Gb/s, expected {rate:g}"
+        )
+    width = wanted.get("width")
+    if width and port.width != width:
+        return f"width {port.width or 'unknown'}, expected {width}"
+    layer = wanted.get("link_layer")
+    if layer and port.link_layer != layer:
+        return f"link layer {port.link_layer}, expected {layer}"
+    return None
+
+
+@check("fabric.ib_errors")
+def ib_errors(snap: Snapshot) -> list[Result]:
+    """Link error counters of the active ports: their level, and their rise since the previous audit."""
+    empty = _no_ports(snap, "fabric.ib_errors")
+    if empty:
+        return [empty]
+    active = [port for port in snap.fabric.ib_ports if port.linked]
+    if not active:
+        return [Result("fabric.ib_errors", Status.SKIP, "no active RDMA port to judge (see fabric.ib_ports)")]
+    return [_judge_ib_counters(snap, port) for port in active]
+
+
+def _judge_ib_counters(snap: Snapshot, port: IbPort) -> Result:
+    counters = dict(port.counters)
+    rose = _rises(snap, "fabric.ib_errors", port.name, counters)
+    high = {name: value for name, value in counters.items() if value >= IB_COUNTER_WARN.get(name, 1 << 62)}
+    rising = {name: value for name, value in rose.items() if value >= IB_COUNTER_RISE_WARN.get(name, 1 << 62)}
+    saturated = [name for name, value in counters.items() if value >= IB_COUNTER_MAX.get(name, 1 << 62)]
+    evidence = {"counters": counters, "rose": rose, "saturated": saturated}
+    if not counters:
+        return Result("fabric.ib_errors", Status.SKIP, "the port's error counters cannot be read", port.name)
+    if rising.get("link_downed"):
+        return Result(
+            "fabric.ib_errors",
+            Status.FAIL,
+            f"the link went down {rising['link_downed']} time(s) since the previous audit: it flaps",
+            port.name,
+            evidence,
+            "a flapping link breaks NCCL and MPI jobs: drain the node, then replace the cable or "
+            "transceiver (mlxlink shows the physical errors)",
+        )
+    if high or rising:
+        described = ", ".join(
+            [f"{name} {counters[name]}" for name in sorted(high)]
+            + [f"{name} +{value} since the previous audit" for name, value in sorted(rising.items())]
+        )
+        return Result(
+            "fabric.ib_errors",
+            Status.WARN,
+            f"link errors: {described}"
+            + (f" ({', '.join(saturated)} at the counter's maximum)" if saturated else ""),
+            port.name,
+            evidence,
+            "errors that keep rising mean a marginal cable or transceiver: check it with mlxlink or "
+            "ibdiagnet, then clear the counters (perfquery -x -R) to watch the rate",
+        )
+    return Result("fabric.ib_errors", Status.PASS, "no link errors above the thresholds", port.name, evidence)
+
+
+@check("fabric.hca_pcie")
+def hca_pcie(snap: Snapshot) -> list[Result]:
+    """An RDMA adapter on fewer PCIe lanes than it has caps its bandwidth below the wire's."""
+    adapters = [d for d in snap.fabric.pci if d.kind == "hca"]
+    if not adapters:
+        return [Result("fabric.hca_pcie", Status.SKIP, "no RDMA adapter on the PCI bus")]
+    return [_judge_hca_link(device) for device in adapters]
+
+
+def _judge_hca_link(device: PciDevice) -> Result:
+    evidence = {
+        "width": device.link_width,
+        "width_max": device.link_width_max,
+        "speed": device.link_speed,
+        "speed_max": device.link_speed_max,
+    }
+    if device.link_width is None or device.link_width_max is None:
+        return Result(
+            "fabric.hca_pcie", Status.SKIP, "its PCIe link width is not in sysfs", device.address, evidence
+        )
+    if device.link_width < device.link_width_max:
+        return Result(
+            "fabric.hca_pcie",
+            Status.FAIL,
+            f"adapter on x{device.link_width} of its x{device.link_width_max} PCIe lanes: its bandwidth "
+            "is capped below the network's",
+            device.address,
+            evidence,
+            "reseat the adapter in a full-width slot (or its riser); check the BIOS bifurcation setting",
+        )
+    if device.link_speed and device.link_speed_max and _gts(device.link_speed) < _gts(device.link_speed_max):
+        return Result(
+            "fabric.hca_pcie",
+            Status.WARN,
+            f"adapter's PCIe link at {device.link_speed}, below its {device.link_speed_max}",
+            device.address,
+            evidence,
+            "a link that trained at a lower generation has a signal problem or a BIOS limit: reseat, "
+            "and check the slot's configured generation",
+        )
+    return Result(
+        "fabric.hca_pcie",
+        Status.PASS,
+        f"adapter on x{device.link_width}" + (f" at {device.link_speed}" if device.link_speed else ""),
+        device.address,
+        evidence,
+    )
+
+
+def _gts(speed: str) -> float:
+    try:
+        return float(speed.split()[0])
+    except (ValueError, IndexError):
+        return 0.0
+
+
+@check("fabric.ipoib", needs=("manifest:health",))
+def ipoib(snap: Snapshot) -> list[Result]:
+    wanted = snap.fabric.ipoib
+    if not wanted:
+        return [Result("fabric.ipoib", Status.SKIP, f"no IPoIB interface expected ({HEALTH_VARIABLES})")]
+    results = []
+    for name, state in sorted(wanted.items()):
+        if state == "up":
+            results.append(
+                Result("fabric.ipoib", Status.PASS, "IPoIB interface up", name, {"operstate": state})
+            )
+            continue
+        results.append(
+            Result(
+                "fabric.ipoib",
+                Status.FAIL,
+                "IPoIB interface does not exist" if state == "absent" else f"IPoIB interface {state}",
+                name,
+                {"operstate": state},
+                "bring the interface up (netplan, ib_ipoib loaded); its port must be ACTIVE first",
+                critical=True,
+            )
+        )
+    return results
+
+
+# ------------------------------------------------------------------------------------- GPUDirect
+
+
+def _kernel_at_least(release: str | None, wanted: tuple[int, int]) -> bool:
+    try:
+        major, minor = (int(part) for part in (release or "").split("-")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= wanted
+
+
+@check("fabric.gpudirect", needs=("manifest:health",))
+def gpudirect(snap: Snapshot) -> Result:
+    """Where required: nvidia_peermem loaded, or the DMA-BUF path (open kernel module, Linux >= 5.12)."""
+    if not _health(snap).get("gpudirect_rdma"):
+        return Result("fabric.gpudirect", Status.SKIP, f"GPUDirect RDMA not required ({HEALTH_VARIABLES})")
+    fabric = snap.fabric
+    evidence = {
+        "nvidia_peermem": "nvidia_peermem" in snap.kernel_modules,
+        "open_kernel_module": fabric.open_kernel_module,
+        "kernel": fabric.kernel_release,
+    }
+    if "nvidia_peermem" in snap.kernel_modules:
+        return Result(
+            "fabric.gpudirect", Status.PASS, "GPUDirect RDMA through nvidia_peermem", evidence=evidence
+        )
+    if fabric.open_kernel_module and _kernel_at_least(fabric.kernel_release, DMABUF_KERNEL):
+        return Result(
+            "fabric.gpudirect",
+            Status.PASS,
+            f"GPUDirect RDMA through DMA-BUF (open kernel module, Linux {fabric.kernel_release})",
+            evidence=evidence,
+        )
+    why = (
+        "no NVIDIA kernel module is loaded"
+        if fabric.open_kernel_module is None
+        else "nvidia_peermem is not loaded and DMA-BUF needs the open kernel module on Linux 5.12 or later"
+    )
+    return Result(
+        "fabric.gpudirect",
+        Status.FAIL,
+        f"GPUDirect RDMA is required but not available: {why}; NCCL copies through host memory",
+        evidence=evidence,
+        remedy="load nvidia_peermem (modprobe nvidia_peermem; list it in /etc/modules-load.d), or use "
+        "the open kernel modules (nvidia_driver_open) for DMA-BUF",
+    )
+
+
+# ---------------------------------------------------------------------------------------- NVLink
+
+
+def _nvswitches(snap: Snapshot) -> int:
+    on_bus = sum(1 for d in snap.fabric.pci if d.kind == "nvswitch")
+    recorded = snap.expected.get("nvidia_driver", {}).get("nvswitch_count") or 0
+    return max(on_bus, int(recorded))
+
+
+@check("fabric.nvlink", needs=("manifest:health",))
+def nvlink(snap: Snapshot) -> list[Result]:
+    """Every NVLink a GPU supports is active (PCIe cards have none), and its error counters are low."""
+    if not snap.nvml.available:
+        why = "NVML did not answer" if snap.nvml.hung else f"NVML not available ({snap.nvml.error})"
+        return [Result("fabric.nvlink", Status.SKIP, why)]
+    gpus = [g for g in snap.nvml.gpus if g.error is None and g.unreadable is None]
+    if not gpus:
+        return [Result("fabric.nvlink", Status.SKIP, "no readable GPU")]
+    return [_judge_nvlink(snap, gpu) for gpu in gpus]
+
+
+# long: the expected-link rules (manifest, NVSwitch, PCIe card) and the counters, per GPU
+def _judge_nvlink(snap: Snapshot, gpu: Gpu) -> Result:
+    subject = f"{gpu.index}:{gpu.uuid}" if gpu.uuid else str(gpu.index)
+    wanted = _health(snap).get("nvlink_links_per_gpu")
+    links = gpu.nvlinks
+    if links is None or not links:
+        if wanted:
+            return Result(
+                "fabric.nvlink",
+                Status.FAIL,
+                f"GPU {gpu.index}: NVML reports no NVLink, {wanted} expected",
+                subject,
+                {"expected_links": wanted},
+                "check the GPU's NVLink bridge or baseboard (nvidia-smi nvlink -s)",
+                critical=True,
+            )
+        return Result("fabric.nvlink", Status.SKIP, f"GPU {gpu.index} has no NVLink (a PCIe card)", subject)
+    active = [link.link for link in links if link.active]
+    down = [link.link for link in links if not link.active]
+    counters = {f"{link.link}:{name}": value for link in links for name, value in link.counters().items()}
+    evidence = {"active": active, "down": down, "expected_links": wanted, "counters": counters}
+    needed = wanted if wanted is not None else (len(links) if active or _nvswitches(snap) else 0)
+    if len(active) < needed:
+        return Result(
+            "fabric.nvlink",
+            Status.FAIL,
+            f"GPU {gpu.index}: {len(active)} of {needed} NVLinks active (down: {', '.join(map(str, down))}); "
+            "collectives over NVLink slow down or hang",
+            subject,
+            evidence,
+            "drain the node: reset the GPU (or the baseboard) and check the links with nvidia-smi nvlink "
+            "-s; on NVSwitch systems check Fabric Manager's log",
+            critical=True,
+        )
+    return _nvlink_errors(snap, gpu, subject, evidence)
+
+
+def _nvlink_errors(snap: Snapshot, gpu: Gpu, subject: str, evidence: dict[str, Any]) -> Result:
+    counters: dict[str, int] = evidence["counters"]
+    rose = _rises(snap, "fabric.nvlink", subject, counters)
+    high = [
+        f"link {key.split(':')[0]} {key.split(':')[1]} {value}"
+        for key, value in sorted(counters.items())
+        if (key.endswith(":recovery") and value >= NVLINK_RECOVERY_WARN)
+        or (not key.endswith(":recovery") and value >= NVLINK_REPLAY_WARN)
+    ]
+    high += [
+        f"link {key.split(':')[0]} {key.split(':')[1]} +{value} since the previous audit"
+        for key, value in sorted(rose.items())
+        if value >= NVLINK_RISE_WARN.get(key.split(":")[1], 1 << 62)
+    ]
+    active = len(evidence["active"])
+    if high:
+        return Result(
+            "fabric.nvlink",
+            Status.WARN,
+            f"GPU {gpu.index}: NVLink errors: {'; '.join(high)}",
+            subject,
+            {**evidence, "rose": rose},
+            "errors that keep rising mean a failing link: watch them (nvidia-smi nvlink -e), and have "
+            "the GPU or baseboard checked if they continue",
+        )
+    if not active:
+        return Result(
+            "fabric.nvlink",
+            Status.PASS,
+            f"GPU {gpu.index}: no NVLink connected (a PCIe card without a bridge), none expected",
+            subject,
+            evidence,
+        )
+    return Result(
+        "fabric.nvlink", Status.PASS, f"GPU {gpu.index}: all {active} NVLinks active", subject, evidence
+    )
+
+
+@check("fabric.fabric_manager", needs=("manifest:nvidia_driver",))
+def fabric_manager(snap: Snapshot) -> Result:
+    """An NVSwitch system runs CUDA only with Fabric Manager running at the driver's exact version."""
+    switches = _nvswitches(snap)
+    if not switches:
+        return Result(
+            "fabric.fabric_manager", Status.SKIP, "no NVSwitch on this node: Fabric Manager not needed"
+        )
+    driver = snap.nvml.driver_version or snap.nvidia_module_version
+    packages = [p for p in snap.driver_packages or () if p.name.startswith("nvidia-fabricmanager")]
+    versions = sorted({p.version.split("-")[0] for p in packages})
+    evidence = {
+        "nvswitches": switches,
+        "running": snap.fabric.fabric_manager_running,
+        "driver_version": driver,
+        "fabricmanager_packages": {p.name: p.version for p in packages},
+    }
+    remedy = (
+        "install nvidia-fabricmanager of the driver's exact version (the nvidia_driver role does, with "
+        "nvidia_driver_fabricmanager), hold both packages, and start nvidia-fabricmanager"
+    )
+    if not snap.fabric.fabric_manager_running:
+        return Result(
+            "fabric.fabric_manager",
+            Status.FAIL,
+            f"{switches} NVSwitch(es) but Fabric Manager is not running: CUDA cannot use the GPUs",
+            evidence=evidence,
+            remedy=remedy,
+            critical=True,
+        )
+    if driver and versions and versions != [driver]:
+        return Result(
+            "fabric.fabric_manager",
+            Status.FAIL,
+            f"Fabric Manager {', '.join(versions)} differs from the driver {driver}: it will not "
+            "configure the NVSwitches (an unattended upgrade moved one of them)",
+            evidence=evidence,
+            remedy=remedy,
+            critical=True,
+        )
+    return Result(
+        "fabric.fabric_manager",
+        Status.PASS,
+        f"Fabric Manager running for {switches} NVSwitch(es)" + (f" at {driver}" if versions else ""),
+        evidence=evidence,
+    )
