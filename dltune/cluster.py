@@ -378,3 +378,27 @@ its area's checks, click it for the node's findings.</p>
 <h2>Benchmarks</h2>{charts or "<p>no bench results in these reports</p>"}
 </body></html>
 """
+
+
+def previous_counters(file: Path) -> tuple[dict[str, dict[str, int]], str | None]:
+    """The counters an earlier audit recorded (a JSON or facts output of `dltune audit`), by
+    "<check id>|<subject>", for judging what rose since; or why the file cannot be used."""
+    data, problem = _load_json(file)
+    if problem is not None:
+        return {}, problem
+    results, problem, _stale_since = _read(file, data, datetime.now(timezone.utc))
+    if results is None:
+        return {}, problem or f"{file.name} holds no audit results"
+    found: dict[str, dict[str, int]] = {}
+    for result in results:
+        counters = (result.get("evidence") or {}).get("counters")
+        if not isinstance(counters, dict):
+            continue
+        ints = {
+            str(name): value
+            for name, value in counters.items()
+            if isinstance(value, int) and not isinstance(value, bool)
+        }
+        if ints:
+            found[f"{result.get('id')}|{result.get('subject') or ''}"] = ints
+    return found, None

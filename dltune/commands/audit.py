@@ -6,7 +6,7 @@ import gc
 import logging
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from dltune.checks import run_checks
+from dltune.cluster import previous_counters
 from dltune.commands import (
     ALL_OPTION,
     OutputFormat,
@@ -40,11 +41,21 @@ def check_timeouts(**seconds: float) -> None:
 
 
 def audit_results(
-    root: Path, areas: Sequence[str] | None, nfs_timeout: float, nvml_timeout: float, deadline: Deadline
+    root: Path,
+    areas: Sequence[str] | None,
+    nfs_timeout: float,
+    nvml_timeout: float,
+    deadline: Deadline,
+    previous: Mapping[str, Mapping[str, int]] | None = None,
 ) -> tuple[Snapshot, list[Result], str]:
     """The audit itself: the node's snapshot, its judgement by every check of ``areas``, the host's name."""
     snapshot = collect_snapshot(
-        root, areas=areas, nfs_timeout=nfs_timeout, nvml_timeout=nvml_timeout, deadline=deadline
+        root,
+        areas=areas,
+        nfs_timeout=nfs_timeout,
+        nvml_timeout=nvml_timeout,
+        deadline=deadline,
+        previous=previous,
     )
     for path, error in snapshot.errors.items():
         log.info("probe could not read %s: %s", path, error)
@@ -105,6 +116,14 @@ def audit(
         float,
         typer.Option("--nvml-timeout", help="Seconds NVML may take before the driver counts as hung."),
     ] = 10.0,
+    previous: Annotated[
+        Path | None,
+        typer.Option(
+            "--previous",
+            help="An earlier JSON or facts output of dltune audit: error counters that rose since are "
+            "findings (default: the --facts-file this run replaces).",
+        ),
+    ] = None,
 ) -> None:
     """Read-only audit of this node against what the roles applied. Exit 0 ok, 1 fail, 2 usage/error."""
     deadline = Deadline(timeout)
@@ -121,7 +140,8 @@ def audit(
         if facts_file is not None:
             check_output_file(facts_file, "--facts-file")
         check_timeouts(nfs_timeout=nfs_timeout, timeout=timeout, nvml_timeout=nvml_timeout)
-        _, results, host = audit_results(root, areas, nfs_timeout, nvml_timeout, deadline)
+        counters = earlier_counters(previous, facts_file)
+        _, results, host = audit_results(root, areas, nfs_timeout, nvml_timeout, deadline, counters)
         now = datetime.now(timezone.utc)
         if textfile_dir is not None:
             write_output(textfile_dir / "dltune.prom", render_prometheus(results, now), "--textfile-dir")
@@ -138,6 +158,22 @@ def audit(
         raise typer.Exit(exit_code(results))
     finally:
         gc.enable()  # for callers in the same process (tests)
+
+
+def earlier_counters(previous: Path | None, facts_file: Path | None) -> dict[str, dict[str, int]]:
+    """Counters of the previous audit: from --previous (which must be usable), else from the facts
+    file this run is about to replace (where a missing or unusable one just means a first run)."""
+    if previous is not None:
+        found, problem = previous_counters(previous)
+        if problem is not None:
+            raise typer.BadParameter(problem, param_hint="--previous")
+        return found
+    if facts_file is not None and facts_file.is_file():
+        found, problem = previous_counters(facts_file)
+        if problem is not None:
+            log.info("not comparing with %s: %s", facts_file, problem)
+        return found
+    return {}
 
 
 def _apply_slurm_health(slurm_node: str | None, results: Sequence[Result]) -> None:

@@ -207,11 +207,8 @@ def ports_from_values(
 
 def _pci_address(fs: HostFS, device: str) -> str | None:
     """The PCI function of an RDMA device: where its `device` link points."""
-    try:
-        target = fs.path(f"{INFINIBAND}/{device}/device").resolve(strict=True)
-    except (OSError, RuntimeError):
-        return None
-    return target.name.lower() if _PCI_ADDRESS.fullmatch(target.name) else None
+    name = fs.resolve(f"{INFINIBAND}/{device}/device").rsplit("/", 1)[-1]
+    return name.lower() if _PCI_ADDRESS.fullmatch(name) else None
 
 
 def read_ib_ports(fs: HostFS, deadline: Deadline | None = None) -> tuple[tuple[IbPort, ...], str | None]:
