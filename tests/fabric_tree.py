@@ -20,7 +20,12 @@ ZERO_AER = {
 }
 STATES = {"ACTIVE": "4: ACTIVE", "DOWN": "1: DOWN", "INIT": "2: INIT", "ARMED": "3: ARMED"}
 PHYS = {"LinkUp": "5: LinkUp", "Polling": "2: Polling", "Disabled": "3: Disabled", "Sleep": "1: Sleep"}
-RATES = {400: "400 Gb/sec (4X NDR)", 200: "200 Gb/sec (4X HDR)", 100: "100 Gb/sec (4X EDR)", 10: "10 Gb/sec (4X)"}
+RATES = {
+    400: "400 Gb/sec (4X NDR)",
+    200: "200 Gb/sec (4X HDR)",
+    100: "100 Gb/sec (4X EDR)",
+    10: "10 Gb/sec (4X)",
+}
 
 
 def write(root: Path, host_path: str, text: str) -> Path:
@@ -132,7 +137,7 @@ def hgx_node(root: Path, gpus: int = 8, ports: int = 8, port_rate: int = 400) ->
     for switch in range(4):
         pci_device(root, f"0000:0{switch}:01.0", device_class="0x068000", aer={})
     for index in range(ports):
-        address = f"0000:{0x1a + 0x10 * index:02x}:00.0"
+        address = f"0000:{0x1A + 0x10 * index:02x}:00.0"
         pci_device(root, address, vendor="0x15b3", device_class="0x020700", aer={})
         ib_port(root, Port(f"mlx5_{index}", rate_gbps=port_rate), address)
     write(root, "/sys/class/net/ib0/operstate", "up\n")

@@ -3,16 +3,20 @@ through the same code the audit and the roles use, against the verdict its heade
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from dltune.bench.specs import spec_for
+from dltune.checks.fabric import ib_ports, pcie_aer
 from dltune.checks.gpu import xid
 from dltune.checks.system import cpu_governor, time_sync
 from dltune.probes import collect_snapshot, nvidia_module_version
 from dltune.probes.clock import parse_timedatectl, read_time_sync
+from dltune.probes.fabric import parse_aer
 from dltune.probes.mounts import parse_fstab, parse_mountinfo, unescape
 from dltune.probes.mountstats import parse_mountstats
 from dltune.probes.network import route_to
@@ -20,6 +24,7 @@ from dltune.probes.packages import kernel_log_of
 from dltune.probes.runner import RecordedRunner
 from dltune.snapshot import Snapshot, fstab_entry_for, mount_at
 from tests.conftest import load_role_module
+from tests.fabric_tree import pci_device, write
 from tests.real_corpus import Sample, all_samples, samples
 
 pytest.importorskip("ansible")
@@ -210,3 +215,63 @@ def test_timedatectl(sample: Sample) -> None:
     assert time_sync(Snapshot(root="/", time_sync=sync)).status.value == (
         "pass" if sample.expect == "yes" else "fail"
     )
+
+
+@pytest.mark.parametrize("sample", samples("aer"), ids=str)
+def test_aer_counters(sample: Sample, tmp_path: Path) -> None:
+    """The published file as a GPU's aer_dev_* file under sysfs, through the probe and fabric.pcie_aer."""
+    pci_device(tmp_path, "0000:18:00.0")
+    write(tmp_path, f"/sys/devices/pci0000:00/0000:18:00.0/{sample.header['FILE']}", sample.body)
+    assert parse_aer(sample.body)[0] == int(sample.header["TOTAL"])
+    snapshot = collect_snapshot(tmp_path, areas=["fabric"])
+    (result,) = pcie_aer(snapshot)
+    assert result.status.value == sample.expect, result.summary
+
+
+def ibstatus_ports(text: str) -> list[tuple[str, int, dict[str, str]]]:
+    """ibstatus's blocks: ("Infiniband device 'mlx5_0' port 1 status:", then "key: value" lines,
+    each value a sysfs file's content as ibstatus printed it)."""
+    ports: list[tuple[str, int, dict[str, str]]] = []
+    for line in text.splitlines():
+        found = re.match(r"Infiniband device '([^']+)' port (\d+) status:", line.strip())
+        if found:
+            ports.append((found.group(1), int(found.group(2)), {}))
+        elif ports and ":" in line:
+            key, _, value = line.partition(":")
+            ports[-1][2][key.strip()] = value.strip()
+    return ports
+
+
+def ibstatus_tree(sample: Sample, root: Path) -> list[tuple[str, int, dict[str, str]]]:
+    ports = ibstatus_ports(sample.body)
+    files = {"state": "state", "phys state": "phys_state", "rate": "rate", "link_layer": "link_layer"}
+    for device, number, values in ports:
+        for key, name in files.items():
+            write(root, f"/sys/class/infiniband/{device}/ports/{number}/{name}", values[key] + "\n")
+    return ports
+
+
+@pytest.mark.parametrize("sample", samples("ibstatus"), ids=str)
+def test_ibstatus_ports(sample: Sample, tmp_path: Path) -> None:
+    """Each port's files rebuilt under sysfs from ibstatus (which prints them as they are), read by
+    the audit's probe (its grep child), judged with no expectations, then with each active port
+    expected at its own rate (pass) and at twice it (fail)."""
+    ports = ibstatus_tree(sample, tmp_path)
+    snapshot = collect_snapshot(tmp_path, areas=["fabric"])
+    assert len(snapshot.fabric.ib_ports) == len(ports)
+    verdicts = {r.subject: r.status.value for r in ib_ports(snapshot)}
+    expected = dict(pair.split("=") for pair in sample.expect.split())
+    assert verdicts == expected
+    active = [p for p in snapshot.fabric.ib_ports if p.linked]
+    for factor, status in ((1, "pass"), (2, "fail")):
+        wanted = [
+            {
+                "device": p.device,
+                "port": p.port,
+                "rate_gbps": (p.rate_gbps or 0) * factor,
+                "link_layer": p.link_layer,
+            }
+            for p in active
+        ]
+        judged = ib_ports(dataclasses.replace(snapshot, expected={"health": {"ib_ports": wanted}}))
+        assert {r.status.value for r in judged if r.subject in {p.name for p in active}} == {status}
