@@ -4,6 +4,13 @@ The audit must answer in seconds on any node; most of its cost is Python's start
 Baseline: `python -c pass` with the same interpreter. Reports medians of N runs each, interleaved
 so that machine noise hits both alike.
 
+`--fabric`: an HGX-class node, 8 GPUs with 18 NVLinks each (the fake NVML library, built with gcc)
+and 8 NDR InfiniBand ports, 4 NVSwitches, 20 PCI devices with AER counters (a sysfs/proc fixture tree,
+tests/fabric_tree.py): the audit's probes and every check of the gpu, driver and fabric areas, NVML
+in its child as always, timed as a whole process (goal: within 1 s). NVML is never read under
+--root (a tree has no GPUs to ask), so this case runs the same steps as `dltune audit` itself with the
+tree's snapshot and the fake library's NVML joined (`--fabric-once`).
+
 `--mounts 5000,50000` (root): hosts with many containers have tens of thousands of mounts. For each
 count, a private mount namespace (unshare) gets a loop-mounted ext4 disk and that many real bind
 mounts of it, so that statfs and the data-mount checks really run; the audit inside it is timed
@@ -104,12 +111,95 @@ def many_mounts(counts: list[int], runs: int) -> None:
             )
 
 
+def fabric_once(tree: str) -> None:
+    """One audit of the fixture tree with NVML from the (fake) library: what `dltune audit` does."""
+    import dataclasses
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import datetime, timezone
+
+    from dltune.checks import run_checks
+    from dltune.model import exit_code
+    from dltune.probes import collect_snapshot
+    from dltune.probes.nvml import probe_nvml_in_child
+    from dltune.probes.watchdog import Deadline
+    from dltune.report import render_json
+
+    areas = ["driver", "gpu", "fabric"]
+    deadline = Deadline(30)
+    # as collect_snapshot does on a node: NVML's child runs while the other probes read
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        nvml = pool.submit(probe_nvml_in_child, deadline=deadline)
+        snapshot = collect_snapshot(tree, areas=areas, deadline=deadline)
+        snapshot = dataclasses.replace(snapshot, nvml=nvml.result())
+    results = run_checks(snapshot, areas)
+    sys.stdout.write(render_json(results, "hgx-fixture", datetime.now(timezone.utc)))
+    sys.exit(exit_code(results))
+
+
+def fabric_node(runs: int) -> None:
+    repo = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(repo))
+    from tests.fabric_tree import hgx_node
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tree, lib = Path(tmp) / "node", Path(tmp) / "lib"
+        lib.mkdir()
+        hgx_node(tree)
+        subprocess.run(
+            [
+                "gcc",
+                "-shared",
+                "-fPIC",
+                "-O2",
+                "-o",
+                str(lib / "libnvidia-ml.so.1"),
+                str(repo / "tests/fakenvml/fake_nvml.c"),
+            ],
+            check=True,
+        )
+        scenario = Path(tmp) / "hgx.conf"
+        scenario.write_text("gpus=8\ngpu*.nvlinks=18\ngpu*.nvlink_replay=2\n")
+        env = {
+            **os.environ,
+            "LD_LIBRARY_PATH": str(lib),
+            "DLTUNE_FAKE_NVML_SCENARIO": str(scenario),
+            "PYTHONPATH": str(repo),
+        }
+        once = [sys.executable, __file__, "--fabric-once", str(tree)]
+        done = subprocess.run(once, capture_output=True, text=True, env=env, check=False)
+        results = json.loads(done.stdout)["results"]
+        statuses = {r["status"] for r in results}
+        links = sum(len(r["evidence"].get("active", [])) for r in results if r["id"] == "fabric.nvlink")
+        ports = sum(1 for r in results if r["id"] == "fabric.ib_ports")
+        baseline, audit = [], []
+        for _ in range(runs):
+            baseline.append(timed([sys.executable, "-c", "pass"]))
+            start = time.perf_counter()
+            subprocess.run(once, env=env, stdout=subprocess.DEVNULL, check=False)
+            audit.append(time.perf_counter() - start)
+        base, med = statistics.median(baseline), statistics.median(audit)
+        print(
+            f"HGX fixture: {len(results)} results ({', '.join(sorted(statuses))}), {links} active NVLinks, {ports} RDMA ports"
+        )
+        print(f"{'case':40} {'median s':>9} {'x baseline':>11}")
+        print(f"{'baseline: python -c pass':40} {base:9.3f} {1.0:11.1f}")
+        print(f"{'audit: 8 GPUs x 18 NVLinks, 8 IB ports':40} {med:9.3f} {med / base:11.1f}")
+        print(f"goal: within 1 s: {'met' if med <= 1.0 else 'NOT met'} ({med:.3f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--mounts", help="comma-separated bind mount counts, e.g. 5000,50000 (root)")
     parser.add_argument("--inside", nargs=2, metavar=("COUNT", "IMAGE"), help=argparse.SUPPRESS)
+    parser.add_argument("--fabric", action="store_true", help="an 8-GPU NVLink + 8-port InfiniBand node")
+    parser.add_argument("--fabric-once", metavar="TREE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fabric_once:
+        fabric_once(args.fabric_once)
+    if args.fabric:
+        fabric_node(args.runs)
+        return
     if args.inside:
         inside_namespace(int(args.inside[0]), args.inside[1], args.runs)
         return

@@ -247,11 +247,48 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
         console.print(table)
     else:
         console.print(Text(title))
+    for host, what in sorted(firmware_outliers(nodes).items()):
+        console.print(
+            Text(f"firmware differs from the cluster's on {host}: {'; '.join(what)}", style="yellow")
+        )
     if clean:
         listed = ", ".join(clean[:10]) + (f", ... ({len(clean) - 10} more)" if len(clean) > 10 else "")
         console.print(
             Text(f"{len(clean)} node(s) with no finding: {listed} (`dltune report --all` lists them)")
         )
+
+
+SAME_FIRMWARE = "one VBIOS and InfoROM image per GPU model across the nodes (or none reported)"
+
+
+def firmware_outliers(nodes: Sequence[NodeReport]) -> dict[str, list[str]]:
+    """Nodes whose GPUs of a model run another VBIOS or InfoROM image than most nodes with that model
+    (from each node's gpu.firmware evidence): node -> what differs."""
+    seen: dict[tuple[str, str], dict[str, str]] = {}  # (model, kind) -> node -> versions
+    for node in nodes:
+        for result in node.results:
+            if result.get("id") != "gpu.firmware":
+                continue
+            models = (result.get("evidence") or {}).get("models")
+            for model, kinds in (models if isinstance(models, dict) else {}).items():
+                for kind, versions in (kinds if isinstance(kinds, dict) else {}).items():
+                    if isinstance(versions, dict) and versions:
+                        seen.setdefault((str(model), str(kind)), {})[node.host] = ", ".join(sorted(versions))
+    odd: dict[str, list[str]] = {}
+    for (model, kind), per_node in sorted(seen.items()):
+        counts: dict[str, int] = {}
+        for versions in per_node.values():
+            counts[versions] = counts.get(versions, 0) + 1
+        usual, most = max(counts.items(), key=lambda item: (item[1], item[0]))
+        if len(counts) < 2 or most * 2 <= len(per_node):
+            if len(counts) > 1:  # no majority: every node is named
+                for host, versions in per_node.items():
+                    odd.setdefault(host, []).append(f"{model} {kind} {versions} (no version on most nodes)")
+            continue
+        for host, versions in sorted(per_node.items()):
+            if versions != usual:
+                odd.setdefault(host, []).append(f"{model} {kind} {versions}, {most} node(s) run {usual}")
+    return odd
 
 
 def _svg_bars(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
@@ -355,6 +392,10 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
                 anchor = ""
     healthy = sum(n.healthy for n in nodes)
     charts = "".join(f"<div>{c}</div>" for c in bench_charts(nodes))
+    outliers = "".join(
+        f"<li>{esc(host)}: {esc('; '.join(what))}</li>"
+        for host, what in sorted(firmware_outliers(nodes).items())
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dltune report</title>
 <style>
@@ -375,6 +416,7 @@ its area's checks, click it for the node's findings.</p>
 <h2>Findings</h2>
 <table class="findings"><tr><th>node</th><th>status</th><th>check</th><th>subject</th><th>summary</th>
 <th>remedy</th><th>evidence</th></tr>{"".join(findings) or '<tr><td colspan="7">none</td></tr>'}</table>
+<h2>GPU firmware</h2>{f"<ul>{outliers}</ul>" if outliers else f"<p>{SAME_FIRMWARE}</p>"}
 <h2>Benchmarks</h2>{charts or "<p>no bench results in these reports</p>"}
 </body></html>
 """

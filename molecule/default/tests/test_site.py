@@ -36,6 +36,17 @@ CONTAINER_LIMITS: dict[str, tuple[set[str], str]] = {
     "gpu.processes": ({"skip"}, r"NVML|driver"),
     "gpu.power_limit": ({"skip"}, r"NVML|driver"),
     "gpu.xid": ({"skip"}, r"kernel|log"),
+    "gpu.firmware": ({"skip"}, r"NVML|driver"),
+    # The fabric: no GPU, NVSwitch or RDMA adapter on a container's (its host's) PCI bus, nothing
+    # expected by the health fragment (the dltune role's defaults).
+    "fabric.pcie_aer": ({"skip"}, r"no GPU, NVSwitch or RDMA adapter"),
+    "fabric.hca_pcie": ({"skip"}, r"no RDMA adapter"),
+    "fabric.ib_ports": ({"skip"}, r"no InfiniBand or RoCE ports"),
+    "fabric.ib_errors": ({"skip"}, r"no InfiniBand or RoCE ports"),
+    "fabric.ipoib": ({"skip"}, r"no IPoIB interface expected"),
+    "fabric.gpudirect": ({"skip"}, r"not required"),
+    "fabric.nvlink": ({"skip"}, r"NVML"),
+    "fabric.fabric_manager": ({"skip"}, r"no NVSwitch"),
     "nfs.vip_mounts": ({"skip"}, r"nfs_multivip|NFS"),
     "nfs.fstab": ({"skip"}, r"nfs_multivip|NFS"),
     "nfs.responsive": ({"skip"}, r"nfs_multivip|NFS"),

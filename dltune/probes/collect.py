@@ -1,0 +1,252 @@
+"""Probes: the only code that reads the host. Every read goes through a HostFS root and every
+command through a CommandRunner; failures are recorded as data, never raised."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from dltune.probes.clock import read_time_sync
+from dltune.probes.cpu import read_cpu_frequency
+from dltune.probes.fabric import read_fabric
+from dltune.probes.hostfs import HostFS
+from dltune.probes.jobenv import (
+    job_paths,
+    parse_env_file,
+    parse_slurm_conf,
+    read_files,
+    relevant_environ,
+    slurm_jobs_on,
+)
+from dltune.probes.manifest import read_manifest
+from dltune.probes.mounts import parse_fstab, parse_mountinfo
+from dltune.probes.mountstats import parse_mountstats
+from dltune.probes.network import probe_responsive_many, route_to
+from dltune.probes.nvml import NVML_TIMEOUT_S, probe_nvml_in_child
+from dltune.probes.packages import read_driver_packages, read_kernel_log
+from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
+from dltune.probes.storage import data_mount_points, meminfo_kb, resolve_uuids, space_of
+from dltune.probes.watchdog import Deadline
+from dltune.snapshot import (
+    NFS_FSTYPES,
+    Fabric,
+    Fstab,
+    KernelLog,
+    Mount,
+    NvmlState,
+    RebootState,
+    Responsiveness,
+    Snapshot,
+    TimeSync,
+    UnparsedLine,
+)
+
+
+# long: one Snapshot field per probe, in one constructor call
+def collect_snapshot(
+    root: str | Path = "/",
+    runner: CommandRunner | None = None,
+    areas: Iterable[str] | None = None,
+    euid: int | None = None,
+    nfs_timeout: float = 5.0,
+    environ: Mapping[str, str] | None = None,
+    nvml_timeout: float = NVML_TIMEOUT_S,
+    deadline: Deadline | None = None,
+    previous: Mapping[str, Mapping[str, int]] | None = None,
+) -> Snapshot:
+    """Read the host. With ``areas``, probes that only other areas judge (NVML, statvfs) are left out:
+    `--only storage` must not touch a GPU driver that may hang, nor a mount that may. Probes that can
+    block in the kernel run in children under ``deadline`` (the audit's --timeout); what it cut short
+    is in ``Snapshot.missed``."""
+    deadline = deadline or Deadline()
+    wanted = None if areas is None else set(areas)
+
+    def needed(*for_areas: str) -> bool:
+        return wanted is None or bool(wanted.intersection(for_areas))
+
+    fs = HostFS(root)
+    if runner is None:
+        # A fixture tree must never be judged with this host's command outputs.
+        runner = SubprocessRunner() if fs.root == Path("/") else RecordedRunner.for_fixture_root(fs.root)
+    errors: dict[str, str] = {}
+
+    def read(host_path: str) -> str | None:
+        try:
+            return fs.read_text(host_path)
+        except OSError as exc:
+            errors[host_path] = f"{type(exc).__name__}: {exc.strerror or exc}"
+            return None
+
+    mountinfo = read("/proc/self/mountinfo")
+    # No /etc/fstab at all (a container) is an empty table; one that cannot be read is an error.
+    fstab = (
+        "" if not fs.exists("/etc/fstab") and not fs.path("/etc/fstab").is_symlink() else read("/etc/fstab")
+    )
+    expected, manifest_problems = read_manifest(fs)
+    mountinfo_unparsed: list[UnparsedLine] = []
+    mounts = parse_mountinfo(mountinfo, mountinfo_unparsed) if mountinfo is not None else ()
+    disks = expected.get("data_disks", {}).get("disks", [])
+    uuids = [str(d["uuid"]) for d in disks if isinstance(d, dict) and d.get("uuid")]
+    env_wanted = needed("env", "staging")
+    job_environ = relevant_environ(
+        os.environ if environ is None else environ, dict(expected.get("dl_env", {}).get("variables", {}))
+    )
+    uuid_devices = resolve_uuids(fs, runner, uuids)
+    # NVML answers for the running host only: a fixture tree has no GPUs to ask. Its child spends half
+    # a second in the clock window: the other probes run meanwhile.
+    nvml_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
+    nvml_future = (
+        nvml_pool.submit(probe_nvml_in_child, nvml_timeout, deadline)
+        if fs.root == Path("/") and needed("gpu", "driver", "fabric")
+        else None
+    )
+    nvml_pool.shutdown(wait=False)
+    files = read_files(fs, _env_files(expected)) if env_wanted else {}
+    nvidia_version = read_optional(fs, "/proc/driver/nvidia/version")
+    return Snapshot(
+        root=str(fs.root),
+        mounts=mounts,
+        mountinfo_unparsed=tuple(mountinfo_unparsed),
+        fstab=parse_fstab(fstab) if fstab is not None else Fstab(),
+        mem_total_kb=meminfo_kb(read("/proc/meminfo"), "MemTotal"),
+        reboot=_reboot_state(fs),
+        cpu_frequency=read_cpu_frequency(fs) if needed("system") else None,
+        time_sync=read_time_sync(runner, max(deadline.limit(5.0), 0.1))
+        if needed("system")
+        else TimeSync(error="not probed"),
+        expected=expected,
+        manifest_problems=manifest_problems,
+        uuid_devices=uuid_devices,
+        device_paths=(
+            {name: fs.resolve(name) for name in _device_names(mounts, uuid_devices)}
+            if needed("storage")
+            else {}
+        ),
+        space=space_of(fs, data_mount_points(mounts, expected), deadline, mounts)
+        if needed("storage")
+        else {},
+        nvidia_module_version=nvidia_module_version(nvidia_version),
+        kernel_modules=frozenset(
+            line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line
+        ),
+        driver_packages=read_driver_packages(fs) if needed("driver", "fabric") else None,
+        fabric=read_fabric(fs, expected, nvidia_version, deadline) if needed("fabric") else Fabric(),
+        previous=previous or {},
+        vip_routes=(
+            {vip: route_to(runner, vip) for vip in _manifest_vips(expected)} if needed("network") else {}
+        ),
+        # statfs on a dead NFS server would hang: only the nfs area asks, each in a killable child,
+        # and never under a fixture --root (the mounts there are not this host's).
+        nfs_responsive=(
+            _responsive(mounts, nfs_timeout, deadline) if needed("nfs") and fs.root == Path("/") else {}
+        ),
+        nfs_stats=(
+            {m.mount_point: m for m in parse_mountstats(read_optional(fs, "/proc/self/mountstats") or "").nfs}
+            if needed("nfs") and any(m.fstype in NFS_FSTYPES for m in mounts)
+            else {}
+        ),
+        kernel_log=(
+            read_kernel_log(fs, runner, euid)
+            if needed("gpu")
+            else KernelLog(None, "not probed: gpu area not asked for")
+        ),
+        nvml=(nvml := _nvml_state(nvml_future, fs, needed("gpu", "driver", "fabric"))),
+        slurm_jobs=slurm_jobs_on(runner, socket.gethostname().split(".")[0], max(deadline.limit(5.0), 0.1))
+        if needed("gpu") and any(g.compute_pids for g in nvml.gpus)
+        else None,
+        environ=job_environ if env_wanted else {},
+        uid=os.getuid(),
+        env_values=_env_values(files, expected),
+        slurm_conf={
+            path: parse_slurm_conf(text)
+            for path, text in files.items()
+            if path == _slurm_conf_path(expected) and text is not None
+        },
+        paths=job_paths(fs, job_environ, expected, mounts, deadline) if env_wanted else {},
+        errors=errors,
+        missed=dict(deadline.missed),  # last: after every probe above has run
+    )
+
+
+def _nvml_state(future: Future[NvmlState] | None, fs: HostFS, wanted: bool) -> NvmlState:
+    if future is not None:
+        return future.result()
+    if fs.root != Path("/"):
+        return NvmlState(False, "NVML is not read under --root")
+    return NvmlState(False, "not probed: gpu and driver areas not asked for" if not wanted else "not probed")
+
+
+def _responsive(mounts: Iterable[Mount], timeout: float, deadline: Deadline) -> dict[str, Responsiveness]:
+    points = [m.mount_point for m in mounts if m.fstype in NFS_FSTYPES]
+    if not points:
+        return {}
+    found = probe_responsive_many(points, max(deadline.limit(timeout), 0.001))
+    if deadline.expired() and any(not r.ok for r in found.values()):
+        deadline.missed["nfs"] = "statfs of the NFS mounts (nfs.responsive)"
+    return found
+
+
+def _slurm_conf_path(expected: Mapping[str, Mapping[str, Any]]) -> str | None:
+    slurm = expected.get("slurm_tmpdir", {})
+    if slurm.get("manage_conf", True) and isinstance(slurm.get("conf"), str):
+        return str(slurm["conf"])
+    return None
+
+
+def _env_files(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    files = [str(p) for p in dict(expected.get("dl_env", {}).get("files", {})).values()]
+    conf = _slurm_conf_path(expected)
+    return [*files, conf] if conf else files
+
+
+def _env_values(
+    files: Mapping[str, str | None], expected: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, str]]:
+    kinds = {str(path): str(kind) for kind, path in dict(expected.get("dl_env", {}).get("files", {})).items()}
+    return {
+        path: parse_env_file(kinds[path], text)
+        for path, text in files.items()
+        if path in kinds and text is not None
+    }
+
+
+def _device_names(mounts: Iterable[Mount], uuid_devices: Mapping[str, str | None]) -> set[str]:
+    """The device paths the storage checks compare: mount sources and the devices UUIDs name."""
+    names = {m.source for m in mounts if m.source.startswith("/dev/")}
+    return names | {device for device in uuid_devices.values() if device}
+
+
+def _manifest_vips(expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    vips = expected.get("nfs_multivip", {}).get("vips", [])
+    return [str(v["address"]) for v in vips if isinstance(v, Mapping) and v.get("address")]
+
+
+def read_optional(fs: HostFS, host_path: str) -> str | None:
+    """A file that is absent on many hosts (no GPU driver, no modules): absence is not an error."""
+    try:
+        return fs.read_text(host_path)
+    except OSError:
+        return None
+
+
+def nvidia_module_version(text: str | None) -> str | None:
+    # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 ..."
+    match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9]+(?:\.[0-9]+)+)", text or "")
+    return match.group(1) if match else None
+
+
+def _reboot_state(fs: HostFS) -> RebootState:
+    if not fs.exists("/run/reboot-required"):
+        return RebootState(required=False)
+    try:
+        lines = fs.read_text("/run/reboot-required.pkgs").splitlines()
+    except OSError:
+        lines = []
+    # Ubuntu appends a package each time it asks: keep the first mention of each.
+    packages = tuple(dict.fromkeys(line.strip() for line in lines if line.strip()))
+    return RebootState(required=True, packages=packages)
