@@ -179,7 +179,8 @@ def fabric_node(runs: int) -> None:
             audit.append(time.perf_counter() - start)
         base, med = statistics.median(baseline), statistics.median(audit)
         print(
-            f"HGX fixture: {len(results)} results ({', '.join(sorted(statuses))}), {links} active NVLinks, {ports} RDMA ports"
+            f"HGX fixture: {len(results)} results ({', '.join(sorted(statuses))}), "
+            f"{links} active NVLinks, {ports} RDMA ports"
         )
         print(f"{'case':40} {'median s':>9} {'x baseline':>11}")
         print(f"{'baseline: python -c pass':40} {base:9.3f} {1.0:11.1f}")

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from dltune.probes.watchdog import CHILD_MARKER
 from tests.conftest import FIXTURES, REPO_ROOT
 
 SCENARIOS = FIXTURES / "nvml"
@@ -426,3 +427,43 @@ def test_a_power_limit_lowered_by_hand_warns(fake_nvml_dir: Path) -> None:
     _, results = audit(fake_nvml_dir, "power_lowered")
     assert statuses(results, "gpu.power_limit") == {"0": "pass", "1": "warn"}
     assert "300 W (default 700 W)" in results[("gpu.power_limit", "1")]["summary"]
+
+
+def test_nvlinks_bus_ids_and_firmware_through_pynvml(fake_nvml_dir: Path) -> None:
+    """NVLink state and error counters, PCI bus ids and VBIOS/InfoROM versions, read by the real
+    pynvml calls (nvmlDeviceGetNvLinkState/ErrorCounter, GetPciInfo_v3, GetVbiosVersion,
+    GetInforomImageVersion) from the fake library."""
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(fake_nvml_dir),
+        "DLTUNE_FAKE_NVML_SCENARIO": str(SCENARIOS / "hgx_nvlink_faults.conf"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "audit", "--only", "gpu,fabric", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    results = json.loads(done.stdout)["results"]
+    nvlink = {(r["subject"] or "").split(":")[0]: r for r in results if r["id"] == "fabric.nvlink"}
+    assert nvlink["3"]["status"] == "fail" and nvlink["3"]["critical"]
+    assert nvlink["3"]["evidence"]["down"] == [4, 7]
+    assert nvlink["5"]["status"] == "warn" and "recovery 12" in nvlink["5"]["summary"]
+    assert {nvlink[str(i)]["status"] for i in (0, 1, 2, 4, 6, 7)} == {"pass"}
+    assert "all 18 NVLinks active" in nvlink["0"]["summary"]
+    (firmware,) = [r for r in results if r["id"] == "gpu.firmware"]
+    assert firmware["status"] == "warn" and "96.00.61.00.01 on GPU 6" in firmware["summary"]
+    child = subprocess.run(
+        [sys.executable, "-m", "dltune.probes.nvml", CHILD_MARKER, "nvml"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
+    gpus = json.loads(child.stdout)["gpus"]
+    assert [g["pci_bus_id"] for g in gpus[:2]] == ["0000:18:00.0", "0000:28:00.0"]
+    assert gpus[0]["inforom_image"] == "G520.0200.00.05" and len(gpus[0]["nvlinks"]) == 18
