@@ -608,3 +608,63 @@ def test_dltune_uninstalls_cleanly_and_reinstalls(lab: None) -> None:
         check=False,
     )
     assert audit.returncode in (0, 1) and json.loads(audit.stdout)["results"], audit.stderr
+
+
+def test_health_expectations_go_from_role_variables_to_the_audit(lab: None) -> None:
+    """The dltune role's dltune_health_* variables become health.json; the audit then expects an
+    InfiniBand port and an IPoIB interface the lab node does not have, and fails critically naming
+    them. A malformed port list stops the role before it changes anything, naming the variable."""
+    node, limit = NODES[0], ("--limit", NODES[0])
+    fragment = "/etc/dltune/expected.d/health.json"
+    before = docker_exec(node, "cat", fragment)
+    wanted = {
+        "dltune_health_ib_ports": [{"device": "mlx5_*", "rate_gbps": 400}],
+        "dltune_health_ipoib_interfaces": ["ib0"],
+    }
+    try:
+        applied = ansible_playbook(
+            "playbooks/dltune.yml", "-i", "inventory", *limit, "-e", json.dumps(wanted)
+        )
+        assert applied.returncode == 0, applied.stdout[-3000:]
+        assert json.loads(docker_exec(node, "cat", fragment))["ib_ports"] == wanted["dltune_health_ib_ports"]
+        done = subprocess.run(
+            [
+                "docker",
+                "exec",
+                node,
+                "runuser",
+                "-u",
+                "nobody",
+                "--",
+                "dltune",
+                "audit",
+                "--only",
+                "fabric",
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr
+        failed = {
+            (r["id"], r["subject"]): r for r in json.loads(done.stdout)["results"] if r["status"] == "fail"
+        }
+        assert failed[("fabric.ib_ports", "mlx5_*/1")]["critical"]
+        assert failed[("fabric.ipoib", "ib0")]["critical"]
+        current = docker_exec(node, "cat", fragment)
+        bad = ansible_playbook(
+            "playbooks/dltune.yml",
+            "-i",
+            "inventory",
+            *limit,
+            "-e",
+            json.dumps({"dltune_health_ib_ports": [{"port": 1, "rate_gbps": "fast"}]}),
+        )
+        assert bad.returncode != 0 and "dltune_health_ib_ports" in bad.stdout, bad.stdout[-2000:]
+        assert docker_exec(node, "cat", fragment) == current, "a refused input changed the fragment"
+    finally:
+        restored = ansible_playbook("playbooks/dltune.yml", "-i", "inventory", *limit)
+        assert restored.returncode == 0, restored.stdout[-3000:]
+    assert docker_exec(node, "cat", fragment) == before
