@@ -418,6 +418,32 @@ class Fabric:
 
 
 @dataclass(frozen=True)
+class DcgmTest:
+    """One test of a DCGM diagnostic: its worst status ("pass", "warn", "fail", "skip", or
+    "unknown" for a word the parser does not know), per GPU, and DCGM's own words."""
+
+    name: str
+    status: str
+    per_gpu: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DcgmDiag:
+    """A `dcgmi diag` run: its tests, or why there are none (not installed, no answer in time,
+    output that is no diagnostic)."""
+
+    level: int
+    command: str
+    installed: bool = True
+    timed_out: bool = False
+    returncode: int | None = None
+    tests: tuple[DcgmTest, ...] = ()
+    version: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class RebootState:
     required: bool
     packages: tuple[str, ...] = ()
@@ -458,6 +484,7 @@ class Snapshot:
     nfs_stats: Mapping[str, NfsMountStats] = field(default_factory=dict)
     kernel_log: KernelLog = field(default_factory=lambda: KernelLog(None, "not probed"))
     fabric: Fabric = field(default_factory=Fabric)
+    dcgm: DcgmDiag | None = None  # None: no DCGM diagnostic was asked for (--dcgm)
     # counter values of the previous audit (--previous, or the --facts-file being replaced), by
     # "<check id>|<subject>": what rose since then is judged, not only what is high
     previous: Mapping[str, Mapping[str, int]] = field(default_factory=dict)

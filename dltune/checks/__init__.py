@@ -101,10 +101,11 @@ def run_checks(snapshot: Snapshot, areas: Iterable[str] | None = None) -> list[R
 
 
 # Importing the area modules registers their checks.
-from dltune.checks import driver, env, fabric, gpu, network, nfs, staging, storage, system  # noqa: E402
+from dltune.checks import dcgm, driver, env, fabric, gpu, network, nfs, staging, storage, system  # noqa: E402
 
 __all__ = [
     "check",
+    "dcgm",
     "driver",
     "env",
     "fabric",

@@ -47,6 +47,7 @@ def audit_results(
     nvml_timeout: float,
     deadline: Deadline,
     previous: Mapping[str, Mapping[str, int]] | None = None,
+    dcgm_level: int | None = None,
 ) -> tuple[Snapshot, list[Result], str]:
     """The audit itself: the node's snapshot, its judgement by every check of ``areas``, the host's name."""
     snapshot = collect_snapshot(
@@ -56,6 +57,7 @@ def audit_results(
         nvml_timeout=nvml_timeout,
         deadline=deadline,
         previous=previous,
+        dcgm_level=dcgm_level,
     )
     for path, error in snapshot.errors.items():
         log.info("probe could not read %s: %s", path, error)
@@ -116,6 +118,14 @@ def audit(
         float,
         typer.Option("--nvml-timeout", help="Seconds NVML may take before the driver counts as hung."),
     ] = 10.0,
+    dcgm: Annotated[
+        bool,
+        typer.Option(
+            "--dcgm",
+            help="Also run DCGM's level 1 diagnostic (dcgmi diag -r 1: seconds, read-only) within --timeout; "
+            "levels 2 and 3 run GPU workloads: `dltune check --dcgm 2`.",
+        ),
+    ] = False,
     previous: Annotated[
         Path | None,
         typer.Option(
@@ -141,7 +151,9 @@ def audit(
             check_output_file(facts_file, "--facts-file")
         check_timeouts(nfs_timeout=nfs_timeout, timeout=timeout, nvml_timeout=nvml_timeout)
         counters = earlier_counters(previous, facts_file)
-        _, results, host = audit_results(root, areas, nfs_timeout, nvml_timeout, deadline, counters)
+        _, results, host = audit_results(
+            root, areas, nfs_timeout, nvml_timeout, deadline, counters, dcgm_level=1 if dcgm else None
+        )
         now = datetime.now(timezone.utc)
         if textfile_dir is not None:
             write_output(textfile_dir / "dltune.prom", render_prometheus(results, now), "--textfile-dir")

@@ -13,6 +13,7 @@ import typer
 from dltune.commands import ALL_OPTION, BenchFormat, progress_console, stdout_console
 from dltune.commands.audit import audit_results, check_timeouts
 from dltune.model import Result, Status, exit_code
+from dltune.probes.dcgm import DCGM_TIMEOUT_S
 from dltune.probes.watchdog import Deadline
 from dltune.report import render_human, render_json
 
@@ -33,6 +34,18 @@ def check(
     nvml_timeout: Annotated[
         float, typer.Option("--nvml-timeout", help="Seconds NVML may take before the driver counts as hung.")
     ] = 10.0,
+    dcgm: Annotated[
+        int | None,
+        typer.Option(
+            "--dcgm",
+            help="After the audit, run DCGM's diagnostic at this level (1-4; 2 about two minutes, 3 about "
+            "fifteen, both loading the GPUs), unless a critical check failed or a job uses a GPU.",
+        ),
+    ] = None,
+    dcgm_timeout: Annotated[
+        float | None,
+        typer.Option("--dcgm-timeout", help="Seconds DCGM may run before it aborts the diagnostic itself."),
+    ] = None,
 ) -> None:
     """Audit this node, then run `dltune bench --quick` on its GPUs (CPU where none), unless a critical
     check failed, a job is using a GPU, or PyTorch is missing (each said as a skipped bench.run).
@@ -41,9 +54,17 @@ def check(
 
     if device not in (None, "cpu", "cuda"):
         raise typer.BadParameter(f"{device}: give cpu or cuda", param_hint="--device")
+    if dcgm is not None and dcgm not in DCGM_TIMEOUT_S:
+        raise typer.BadParameter(f"{dcgm}: DCGM's levels are 1, 2, 3 and 4", param_hint="--dcgm")
     check_timeouts(timeout=timeout, nfs_timeout=nfs_timeout, nvml_timeout=nvml_timeout)
+    if dcgm_timeout is not None:
+        check_timeouts(dcgm_timeout=dcgm_timeout)
     snapshot, results, host = audit_results(Path("/"), None, nfs_timeout, nvml_timeout, Deadline(timeout))
     busy = {g.index: g.compute_pids for g in snapshot.nvml.gpus if g.compute_pids}
+    if dcgm is not None:
+        results += _dcgm_results(
+            dcgm, dcgm_timeout or DCGM_TIMEOUT_S[dcgm], bench_gate(results, busy, True, False)
+        )
     gate = bench_gate(results, busy, importlib.util.find_spec("torch") is not None, no_bench)
     results += [gate] if gate is not None else _quick_bench(device)
     now = datetime.now(timezone.utc)
@@ -52,6 +73,21 @@ def check(
     else:
         render_human(results, stdout_console(), host, what="check", show_all=show_all)
     raise typer.Exit(exit_code(results))
+
+
+def _dcgm_results(level: int, seconds: float, blocked: Result | None) -> list[Result]:
+    """DCGM's diagnostic at ``level``, unless the audit says the GPUs must not be loaded now."""
+    from dltune.checks.dcgm import dcgm as judge_dcgm
+    from dltune.probes.dcgm import run_dcgm_diag
+    from dltune.probes.runner import SubprocessRunner
+    from dltune.snapshot import Snapshot
+
+    if blocked is not None:
+        why = blocked.summary.replace("bench not run", "DCGM's diagnostic not run", 1)
+        return [Result("gpu.dcgm", Status.SKIP, why, evidence=dict(blocked.evidence), remedy=blocked.remedy)]
+    progress_console().print(f"dltune check: audit done; DCGM level {level} next (up to {seconds:g} s)")
+    judged = judge_dcgm(Snapshot(root="/", dcgm=run_dcgm_diag(SubprocessRunner(), level, seconds)))
+    return [judged] if isinstance(judged, Result) else list(judged)
 
 
 def _quick_bench(device: str | None) -> list[Result]:

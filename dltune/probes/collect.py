@@ -13,6 +13,7 @@ from typing import Any
 
 from dltune.probes.clock import read_time_sync
 from dltune.probes.cpu import read_cpu_frequency
+from dltune.probes.dcgm import CLIENT_GRACE_S, DCGM_TIMEOUT_S, run_dcgm_diag
 from dltune.probes.fabric import read_fabric
 from dltune.probes.hostfs import HostFS
 from dltune.probes.jobenv import (
@@ -34,6 +35,7 @@ from dltune.probes.storage import data_mount_points, meminfo_kb, resolve_uuids, 
 from dltune.probes.watchdog import Deadline
 from dltune.snapshot import (
     NFS_FSTYPES,
+    DcgmDiag,
     Fabric,
     Fstab,
     KernelLog,
@@ -58,6 +60,7 @@ def collect_snapshot(
     nvml_timeout: float = NVML_TIMEOUT_S,
     deadline: Deadline | None = None,
     previous: Mapping[str, Mapping[str, int]] | None = None,
+    dcgm_level: int | None = None,
 ) -> Snapshot:
     """Read the host. With ``areas``, probes that only other areas judge (NVML, statvfs) are left out:
     `--only storage` must not touch a GPU driver that may hang, nor a mount that may. Probes that can
@@ -136,6 +139,7 @@ def collect_snapshot(
         ),
         driver_packages=read_driver_packages(fs) if needed("driver", "fabric") else None,
         fabric=read_fabric(fs, expected, nvidia_version, deadline) if needed("fabric") else Fabric(),
+        dcgm=_dcgm(runner, dcgm_level, deadline) if dcgm_level and needed("gpu") else None,
         previous=previous or {},
         vip_routes=(
             {vip: route_to(runner, vip) for vip in _manifest_vips(expected)} if needed("network") else {}
@@ -171,6 +175,17 @@ def collect_snapshot(
         errors=errors,
         missed=dict(deadline.missed),  # last: after every probe above has run
     )
+
+
+def _dcgm(runner: CommandRunner, level: int, deadline: Deadline) -> DcgmDiag:
+    """The diagnostic within what is left of the audit's time (DCGM aborts it itself when late)."""
+    seconds = deadline.limit(DCGM_TIMEOUT_S[level] + CLIENT_GRACE_S) - CLIENT_GRACE_S
+    if seconds < 1:
+        deadline.missed["dcgm"] = "DCGM's diagnostic (gpu area): not enough of the audit's --timeout left"
+        return DcgmDiag(
+            level, "dcgmi diag", timed_out=True, error="not run: the audit's --timeout was too short"
+        )
+    return run_dcgm_diag(runner, level, seconds)
 
 
 def _nvml_state(future: Future[NvmlState] | None, fs: HostFS, wanted: bool) -> NvmlState:

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from dltune.bench.specs import spec_for
+from dltune.checks.dcgm import dcgm as dcgm_check
 from dltune.checks.fabric import ib_ports, pcie_aer
 from dltune.checks.gpu import xid
 from dltune.checks.system import cpu_governor, time_sync
 from dltune.probes import collect_snapshot, nvidia_module_version
 from dltune.probes.clock import parse_timedatectl, read_time_sync
+from dltune.probes.dcgm import run_dcgm_diag
 from dltune.probes.fabric import parse_aer
 from dltune.probes.mounts import parse_fstab, parse_mountinfo, unescape
 from dltune.probes.mountstats import parse_mountstats
@@ -275,3 +277,16 @@ def test_ibstatus_ports(sample: Sample, tmp_path: Path) -> None:
         ]
         judged = ib_ports(dataclasses.replace(snapshot, expected={"health": {"ib_ports": wanted}}))
         assert {r.status.value for r in judged if r.subject in {p.name for p in active}} == {status}
+
+
+@pytest.mark.parametrize("sample", samples("dcgm_diag"), ids=str)
+def test_dcgm_diagnostics(sample: Sample) -> None:
+    """Both of dcgmi's JSON shapes (3.x "DCGM GPU Diagnostic", 4.x "DCGM Diagnostic" with entities),
+    through the probe's runner path and the gpu.dcgm check: every result's id and status."""
+    recorded = RecordedRunner({"dcgmi diag -r 1 -j --timeout 60": {"returncode": 0, "stdout": sample.body}})
+    diag = run_dcgm_diag(recorded, 1, 60)
+    assert diag.error is None, diag.error
+    judged = {r.id: r.status.value for r in dcgm_check(Snapshot(root="/", dcgm=diag))}
+    assert judged == dict(pair.split("=") for pair in sample.expect.split())
+    if "VERSION" in sample.header:
+        assert diag.version == sample.header["VERSION"]

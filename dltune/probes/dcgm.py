@@ -1,0 +1,123 @@
+"""DCGM's diagnostics: `dcgmi diag -r <level> -j`, run under a deadline, its JSON parsed.
+
+Level 1 (deployment checks) takes seconds and changes nothing: `dltune audit --dcgm` runs it. Levels
+2 and 3 run GPU workloads for minutes: `dltune check --dcgm 2|3`. A diagnostic can hang on a faulty
+GPU, so DCGM is given its own `--timeout` (it then aborts the diagnostic itself, on the GPUs) and the
+client is killed a little later if it still has not answered.
+
+Two JSON shapes exist: DCGM 3.x nests everything under "DCGM GPU Diagnostic" > "test_categories"
+with one result per GPU ("gpu_ids"/"gpu_id"); DCGM 4.x writes "DCGM Diagnostic" with results per
+entity ("entity_id") and a per-test "test_summary". Both are read; a status word this parser does
+not know is never read as a pass.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dltune.probes.runner import CommandRunner
+from dltune.snapshot import DcgmDiag, DcgmTest
+
+# Seconds DCGM may run each level when nothing shorter is asked (NVIDIA's figures: level 1 seconds,
+# level 2 about two minutes, level 3 about fifteen, level 4 longer), with room for slow nodes.
+DCGM_TIMEOUT_S = {1: 60.0, 2: 600.0, 3: 1800.0, 4: 7200.0}
+# The client waits this long past DCGM's own timeout for DCGM to abort and answer.
+CLIENT_GRACE_S = 5.0
+_STATUSES = {
+    "pass": "pass",
+    "passed": "pass",
+    "fail": "fail",
+    "failed": "fail",
+    "warn": "warn",
+    "warning": "warn",
+    "skip": "skip",
+    "skipped": "skip",
+    "not run": "skip",
+}
+_ROOTS = ("DCGM GPU Diagnostic", "DCGM Diagnostic")
+
+
+def run_dcgm_diag(runner: CommandRunner, level: int, timeout: float) -> DcgmDiag:
+    """Run the diagnostic at ``level``, DCGM aborting it after ``timeout`` seconds."""
+    dcgm_seconds = max(1, int(timeout))
+    argv = ["dcgmi", "diag", "-r", str(level), "-j", "--timeout", str(dcgm_seconds)]
+    done = runner.run(argv, timeout=dcgm_seconds + CLIENT_GRACE_S)
+    command = " ".join(argv)
+    if done.returncode == 127 and not done.stdout:
+        return DcgmDiag(level, command, installed=False, error="DCGM is not installed (no dcgmi on PATH)")
+    if done.returncode == 124 and not done.stdout:
+        return DcgmDiag(
+            level, command, timed_out=True, error=f"no answer within {dcgm_seconds + CLIENT_GRACE_S:g} s"
+        )
+    tests, version, problem = parse_dcgm_diag(done.stdout)
+    if problem is not None:
+        said = (done.stdout.strip() or done.stderr.strip())[-400:]
+        return DcgmDiag(level, command, returncode=done.returncode, error=f"{problem}: {said or 'no output'}")
+    return DcgmDiag(level, command, returncode=done.returncode, tests=tests, version=version)
+
+
+def parse_dcgm_diag(text: str) -> tuple[tuple[DcgmTest, ...], str | None, str | None]:
+    """(tests, DCGM version, why not) from `dcgmi diag -j`'s output; text before the JSON (a banner
+    such as "Successfully ran diagnostic for group.") is skipped."""
+    start = text.find("{")
+    if start < 0:
+        return (), None, "dcgmi printed no JSON"
+    try:
+        data = json.JSONDecoder().raw_decode(text[start:])[0]
+    except ValueError as exc:
+        return (), None, f"dcgmi's JSON is not readable ({exc})"
+    if not isinstance(data, dict):
+        return (), None, "dcgmi's JSON is not an object"
+    root: Any = next((data[key] for key in _ROOTS if isinstance(data.get(key), dict)), data)
+    raw_tests = [
+        test
+        for category in root.get("test_categories") or []
+        if isinstance(category, dict)
+        for test in category.get("tests") or []
+        if isinstance(test, dict)
+    ] or [test for test in root.get("tests") or [] if isinstance(test, dict)]
+    if not raw_tests:
+        return (), _version(data, root), "dcgmi's JSON holds no test results"
+    return tuple(_test(raw) for raw in raw_tests), _version(data, root), None
+
+
+def _version(data: dict[str, Any], root: dict[str, Any]) -> str | None:
+    for holder in (data.get("metadata"), root, data):
+        if isinstance(holder, dict) and isinstance(holder.get("version"), str):
+            return str(holder["version"])
+    return None
+
+
+def _status(raw: Any) -> str:
+    return _STATUSES.get(" ".join(str(raw).lower().split()), "unknown")
+
+
+def _messages(result: dict[str, Any], key: str) -> list[str]:
+    found = []
+    for item in result.get(key) or []:
+        text = item.get("warning") or item.get("info") if isinstance(item, dict) else item
+        if text:
+            found.append(str(text))
+    return found
+
+
+def _test(raw: dict[str, Any]) -> DcgmTest:
+    results = [r for r in raw.get("results") or [] if isinstance(r, dict)]
+    per_gpu: dict[str, str] = {}
+    warnings: list[str] = []
+    for result in results:
+        gpu = result.get("entity_id", result.get("gpu_ids", result.get("gpu_id", "all")))
+        per_gpu[str(gpu)] = _status(result.get("status"))
+        warnings += _messages(result, "warnings")
+    summary = raw.get("test_summary")
+    statuses = list(per_gpu.values())
+    if isinstance(summary, dict) and "status" in summary:
+        statuses.append(_status(summary["status"]))
+        warnings += _messages(summary, "warnings")
+    for worst in ("fail", "unknown", "warn", "pass", "skip"):
+        if worst in statuses:
+            break
+    else:
+        worst = "unknown"
+    return DcgmTest(str(raw.get("name") or "unnamed"), worst, per_gpu, tuple(warnings))

@@ -1,0 +1,217 @@
+"""DCGM's diagnostic: `dcgmi diag` outputs through the probe and the gpu.dcgm check, and the commands
+that run it. DCGM cannot run here (no GPU, no host engine): `dcgmi` is replaced at its boundary, the
+program on PATH, by scripts that print what dcgmi prints (tests/fixtures/real/dcgm_diag), exit as it
+exits, or hang ignoring SIGTERM as a diagnostic stuck on a faulty GPU does. They record the argv they
+were given, so the tests see that DCGM itself was told when to abort."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dltune.checks.dcgm import dcgm, result_id
+from dltune.model import Result, Status
+from dltune.probes.dcgm import CLIENT_GRACE_S, parse_dcgm_diag, run_dcgm_diag
+from dltune.probes.runner import RecordedRunner
+from dltune.snapshot import DcgmDiag, DcgmTest, Snapshot
+from tests.real_corpus import CORPUS, load
+
+GB10 = load(CORPUS / "dcgm_diag" / "dgx_spark_dcgm423_software_fail.txt").body
+PASSING = load(CORPUS / "dcgm_diag" / "dcgm310_eight_gpus_real_output.txt").body
+
+
+def judged(diag: DcgmDiag) -> dict[str, Result]:
+    return {r.id: r for r in dcgm(Snapshot(root="/", dcgm=diag))}
+
+
+def recorded(stdout: str = "", returncode: int = 0, stderr: str = "") -> RecordedRunner:
+    return RecordedRunner(
+        {"dcgmi diag -r 1 -j --timeout 30": {"stdout": stdout, "returncode": returncode, "stderr": stderr}}
+    )
+
+
+def test_not_asked_says_nothing_and_not_installed_skips() -> None:
+    assert dcgm(Snapshot(root="/")) == []
+    (result,) = dcgm(Snapshot(root="/", dcgm=run_dcgm_diag(RecordedRunner({}), 1, 30)))
+    assert result.status is Status.SKIP and "not installed" in result.summary
+
+
+def test_a_diagnostic_that_does_not_answer_is_critical() -> None:
+    result = judged(run_dcgm_diag(recorded(returncode=124), 1, 30))["gpu.dcgm"]
+    assert result.status is Status.FAIL and result.critical and "did not finish" in result.summary
+
+
+def test_dcgm_that_cannot_run_fails_and_an_unsupported_gpu_skips() -> None:
+    no_engine = run_dcgm_diag(
+        recorded("Error: unable to establish a connection to the specified host: localhost\n", 255), 1, 30
+    )
+    result = judged(no_engine)["gpu.dcgm"]
+    assert result.status is Status.FAIL and not result.critical and "host engine" in (result.remedy or "")
+    unsupported = run_dcgm_diag(
+        recorded("Error: Unable to run diagnostic on unsupported GPU 0.\n", 226), 1, 30
+    )
+    assert judged(unsupported)["gpu.dcgm"].status is Status.SKIP
+
+
+def test_failures_carry_dcgms_words_and_drain() -> None:
+    results = judged(run_dcgm_diag(recorded(GB10, 226), 1, 30))
+    software = results["gpu.dcgm_software"]
+    assert software.status is Status.FAIL and software.critical
+    assert "on GPU 0" in software.summary and "Persistence mode for GPU 0 is disabled" in software.summary
+
+
+def test_a_status_word_nobody_knows_is_never_a_pass() -> None:
+    doc = json.dumps(
+        {
+            "DCGM Diagnostic": {
+                "test_categories": [
+                    {"tests": [{"name": "memory", "results": [{"entity_id": 0, "status": "Inconclusive"}]}]}
+                ]
+            }
+        }
+    )
+    result = judged(run_dcgm_diag(recorded(doc), 1, 30))["gpu.dcgm_memory"]
+    assert result.status is Status.FAIL and "does not know" in result.summary
+
+
+def test_one_failing_gpu_fails_the_test_and_is_named() -> None:
+    doc = json.dumps(
+        {
+            "DCGM Diagnostic": {
+                "test_categories": [
+                    {
+                        "tests": [
+                            {
+                                "name": "memory",
+                                "results": [
+                                    {"entity_id": 0, "status": "Pass"},
+                                    {
+                                        "entity_id": 3,
+                                        "status": "Fail",
+                                        "warnings": [{"warning": "Uncorrectable ECC error on GPU 3"}],
+                                    },
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    )
+    result = judged(run_dcgm_diag(recorded(doc), 1, 30))["gpu.dcgm_memory"]
+    assert result.status is Status.FAIL and "on GPU 3:" in result.summary and "GPU 0" not in result.summary
+
+
+def test_parser_edges() -> None:
+    assert parse_dcgm_diag("")[2] == "dcgmi printed no JSON"
+    assert "not readable" in (parse_dcgm_diag("{not json")[2] or "")
+    assert parse_dcgm_diag('{"DCGM Diagnostic": {"version": "4.2.3"}}')[1:] == (
+        "4.2.3",
+        "dcgmi's JSON holds no test results",
+    )
+    tests, version, problem = parse_dcgm_diag("Successfully ran diagnostic for group.\n" + PASSING)
+    assert problem is None and version == "3.1.0" and len(tests) == 10
+    assert all(t.status == "pass" for t in tests)
+    assert result_id("Page Retirement/Row Remap") == "gpu.dcgm_page_retirement_row_remap"
+
+
+def test_warned_test_warns_and_skipped_tests_are_counted() -> None:
+    diag = DcgmDiag(
+        2,
+        "dcgmi diag -r 2 -j --timeout 600",
+        tests=(
+            DcgmTest("pcie", "warn", {"0": "warn"}, ("PCIe replay rate above the threshold",)),
+            DcgmTest("memory", "pass", {"0": "pass"}),
+            DcgmTest("eud", "skip", {"0": "skip"}),
+        ),
+    )
+    results = judged(diag)
+    assert results["gpu.dcgm_pcie"].status is Status.WARN and not results["gpu.dcgm_pcie"].critical
+    assert results["gpu.dcgm"].status is Status.PASS and "1 skipped (eud)" in results["gpu.dcgm"].summary
+
+
+# ------------------------------------------------------------------------------ the commands
+
+
+@pytest.fixture
+def fake_dcgmi(tmp_path: Path) -> tuple[Path, Path]:
+    """A directory with a `dcgmi` stand-in, and the file it records its argv in."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    return bin_dir, tmp_path / "dcgmi-argv"
+
+
+def write_dcgmi(bin_dir: Path, argv_log: Path, body: str) -> None:
+    script = bin_dir / "dcgmi"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {argv_log}\n{body}\n')
+    script.chmod(0o755)
+
+
+def run_dltune(bin_dir: Path, *args: str, timeout: float = 60) -> tuple[int, list[dict[str, object]], float]:
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", *args, "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=timeout,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)["results"], time.monotonic() - start
+
+
+def test_audit_dcgm_runs_level_one_and_reports_each_failed_test(
+    fake_dcgmi: tuple[Path, Path], tmp_path: Path
+) -> None:
+    bin_dir, argv_log = fake_dcgmi
+    (tmp_path / "out.json").write_text(GB10)
+    write_dcgmi(bin_dir, argv_log, f"cat {tmp_path / 'out.json'}\nexit 226")
+    rc, results, _ = run_dltune(bin_dir, "audit", "--only", "gpu", "--dcgm")
+    by_id = {r["id"]: r for r in results}
+    assert (
+        rc == 1 and by_id["gpu.dcgm_software"]["status"] == "fail" and by_id["gpu.dcgm_software"]["critical"]
+    )
+    args = argv_log.read_text().split()
+    assert args[:4] == ["diag", "-r", "1", "-j"] and args[4] == "--timeout" and 1 <= int(args[5]) <= 30
+
+
+def test_a_hung_diagnostic_ends_within_the_audits_time(fake_dcgmi: tuple[Path, Path]) -> None:
+    bin_dir, argv_log = fake_dcgmi
+    write_dcgmi(bin_dir, argv_log, "trap '' TERM\nsleep 300")
+    rc, results, seconds = run_dltune(bin_dir, "audit", "--only", "gpu", "--dcgm", "--timeout", "8")
+    result = {r["id"]: r for r in results}["gpu.dcgm"]
+    assert rc == 1 and result["status"] == "fail" and result["critical"]
+    assert seconds < 20, f"the audit took {seconds:.1f} s with --timeout 8"
+    told = argv_log.read_text().split()
+    assert told[4] == "--timeout" and 1 <= int(told[5]) <= 8 - CLIENT_GRACE_S, (
+        f"DCGM itself must be told to abort before the client gives up: {told}"
+    )
+
+
+def test_check_runs_the_asked_level_with_dcgms_own_timeout(
+    fake_dcgmi: tuple[Path, Path], tmp_path: Path
+) -> None:
+    bin_dir, argv_log = fake_dcgmi
+    (tmp_path / "out.json").write_text(PASSING)
+    write_dcgmi(bin_dir, argv_log, f"cat {tmp_path / 'out.json'}")
+    _rc, results, _ = run_dltune(bin_dir, "check", "--no-bench", "--dcgm", "2", "--dcgm-timeout", "900")
+    dcgm_results = [r for r in results if r["id"].startswith("gpu.dcgm")]
+    assert [r["status"] for r in dcgm_results] == ["pass"]
+    assert argv_log.read_text().split() == ["diag", "-r", "2", "-j", "--timeout", "900"]
+
+
+def test_check_does_not_load_gpus_the_audit_found_unfit() -> None:
+    from dltune.commands.check import _dcgm_results
+
+    blocked = Result("bench.run", Status.SKIP, "bench not run: critical check(s) failed: gpu.ecc")
+    (result,) = _dcgm_results(2, 600, blocked)
+    assert result.id == "gpu.dcgm" and result.status is Status.SKIP
+    assert result.summary == "DCGM's diagnostic not run: critical check(s) failed: gpu.ecc"
