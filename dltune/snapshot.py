@@ -216,6 +216,9 @@ class Gpu:
     # Compute processes on the GPU (a job's, or one left behind); None: NVML could not say.
     compute_pids: tuple[int, ...] | None = None
     pci_bus_id: str | None = None  # "0000:3b:00.0", lower case, as sysfs names the device
+    # Graphics application clock now and its default (nvidia-smi -ac sets it, -rac resets it), MHz.
+    app_clock_mhz: int | None = None
+    app_clock_default_mhz: int | None = None
     vbios_version: str | None = None
     inforom_image: str | None = None
     # The GPU's NVLinks as NVML answers per link; () where it has none (a PCIe card), None: not read.

@@ -395,6 +395,22 @@ def _judge_power_limit(g: Gpu) -> Verdict:
 
 
 # The per-GPU checks: one judge each, run on every GPU that answers (see _per_gpu).
+def _judge_app_clocks(g: Gpu) -> Verdict:
+    """Application clocks set below their default (nvidia-smi -ac) cap every kernel's clock."""
+    now, default = g.app_clock_mhz, g.app_clock_default_mhz
+    if now is None or default is None:
+        return Verdict(Status.SKIP, "application clocks not supported")
+    evidence = {"app_clock_mhz": now, "app_clock_default_mhz": default}
+    if now < default * 0.99:
+        return Verdict(
+            Status.WARN,
+            f"application clock lowered to {now} MHz (default {default} MHz)",
+            evidence=evidence,
+            remedy="reset it (nvidia-smi -rac) unless it was lowered on purpose",
+        )
+    return Verdict(Status.PASS, f"application clock at its default ({default} MHz)", evidence=evidence)
+
+
 PER_GPU: dict[str, Callable[[Gpu], Verdict]] = {
     "gpu.ecc": _judge_ecc,
     "gpu.pcie": _judge_pcie,
@@ -402,6 +418,7 @@ PER_GPU: dict[str, Callable[[Gpu], Verdict]] = {
     "gpu.thermal_power": _judge_thermal_power,
     "gpu.persistence": _judge_persistence,
     "gpu.power_limit": _judge_power_limit,
+    "gpu.app_clocks": _judge_app_clocks,
 }
 
 
@@ -419,6 +436,7 @@ clocks = _per_gpu_check("gpu.clocks")
 thermal_power = _per_gpu_check("gpu.thermal_power")
 persistence = _per_gpu_check("gpu.persistence")
 power_limit = _per_gpu_check("gpu.power_limit")
+app_clocks = _per_gpu_check("gpu.app_clocks")
 
 
 LEFT_BEHIND_REMEDY = (

@@ -287,6 +287,8 @@ def _gpu(pynvml: Any, index: int) -> tuple[Gpu, Any, dict[int, int] | None]:
         power_default_limit_w=None if default_limit is None else default_limit / 1000.0,
         compute_pids=None if processes is None else tuple(sorted(int(p.pid) for p in processes)),
         pci_bus_id=_bus_id(field(pynvml.nvmlDeviceGetPciInfo)),
+        app_clock_mhz=field(pynvml.nvmlDeviceGetApplicationsClock, pynvml.NVML_CLOCK_GRAPHICS),
+        app_clock_default_mhz=field(pynvml.nvmlDeviceGetDefaultApplicationsClock, pynvml.NVML_CLOCK_GRAPHICS),
         vbios_version=_text(vbios) if vbios is not None else None,
         inforom_image=_text(inforom) if inforom is not None else None,
         nvlinks=_nvlinks(pynvml, field),

@@ -38,6 +38,7 @@ typedef struct {
     char nvlink_down[128];
     unsigned long long nvlink_replay, nvlink_recovery, nvlink_crc_flit, nvlink_crc_data;
     char pci_bus_id[32], vbios[32], inforom[32];
+    unsigned app_clock_mhz, app_clock_default_mhz; /* graphics application clock, MHz */
 } gpu_t;
 
 static gpu_t gpus[MAX_GPUS];
@@ -103,6 +104,8 @@ static void set_field(gpu_t *g, const char *key, const char *val) {
     else if (!strcmp(key, "pci_bus_id")) snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "%s", val);
     else if (!strcmp(key, "vbios")) snprintf(g->vbios, sizeof g->vbios, "%s", val);
     else if (!strcmp(key, "inforom")) snprintf(g->inforom, sizeof g->inforom, "%s", val);
+    else if (!strcmp(key, "app_clock_mhz")) g->app_clock_mhz = (unsigned)n;
+    else if (!strcmp(key, "app_clock_default_mhz")) g->app_clock_default_mhz = (unsigned)n;
     else fprintf(stderr, "fake-nvml: unknown key %s\n", key);
 }
 
@@ -121,6 +124,7 @@ static void defaults(void) {
         snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "00000000:%02X:00.0", 0x18 + 0x10 * i);
         snprintf(g->vbios, sizeof g->vbios, "96.00.99.00.01");
         snprintf(g->inforom, sizeof g->inforom, "G520.0200.00.05");
+        g->app_clock_mhz = 1980; g->app_clock_default_mhz = 1980;
     }
 }
 
@@ -383,4 +387,19 @@ int nvmlDeviceGetNvLinkErrorCounter(void *dev, unsigned link, int counter, unsig
     case 3: *value = g->nvlink_crc_data; return OK;
     default: return NOT_SUPPORTED;
     }
+}
+
+/* Application clocks (type 0: graphics); other clock types answer NotSupported. */
+int nvmlDeviceGetApplicationsClock(void *dev, int type, unsigned *mhz) {
+    DEVICE_GUARD(dev, "app_clocks");
+    if (type != 0) return NOT_SUPPORTED;
+    *mhz = g->app_clock_mhz;
+    return OK;
+}
+
+int nvmlDeviceGetDefaultApplicationsClock(void *dev, int type, unsigned *mhz) {
+    DEVICE_GUARD(dev, "app_clocks");
+    if (type != 0) return NOT_SUPPORTED;
+    *mhz = g->app_clock_default_mhz;
+    return OK;
 }

@@ -451,3 +451,16 @@ def test_an_unusable_previous_output_is_a_usage_error(tmp_path: Path) -> None:
     bad.write_text("{not json")
     rc, _, err = audit_json(tmp_path / "node", "--previous", str(bad))
     assert rc == 2 and "--previous" in err
+
+
+def test_application_clocks() -> None:
+    from dltune.checks.gpu import app_clocks
+
+    def judge(now: int | None, default: int | None) -> Status:
+        gpu = Gpu(index=0, uuid="GPU-0", app_clock_mhz=now, app_clock_default_mhz=default)
+        return app_clocks(snap(nvml=NvmlState(True, gpus=(gpu,))))[0].status
+
+    assert judge(1980, 1980) is Status.PASS
+    assert judge(1961, 1980) is Status.PASS, "within 1% of the default"
+    assert judge(1960, 1980) is Status.WARN
+    assert judge(None, 1980) is Status.SKIP

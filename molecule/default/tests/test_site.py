@@ -37,6 +37,7 @@ CONTAINER_LIMITS: dict[str, tuple[set[str], str]] = {
     "gpu.power_limit": ({"skip"}, r"NVML|driver"),
     "gpu.xid": ({"skip"}, r"kernel|log"),
     "gpu.firmware": ({"skip"}, r"NVML|driver"),
+    "gpu.app_clocks": ({"skip"}, r"NVML|driver"),
     # The fabric: no GPU, NVSwitch or RDMA adapter on a container's (its host's) PCI bus, nothing
     # expected by the health fragment (the dltune role's defaults).
     "fabric.pcie_aer": ({"skip"}, r"no GPU, NVSwitch or RDMA adapter"),
