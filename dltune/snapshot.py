@@ -221,6 +221,10 @@ class Gpu:
     app_clock_default_mhz: int | None = None
     vbios_version: str | None = None
     inforom_image: str | None = None
+    # NVML's GPU fabric registration on NVSwitch systems (r535+): state 0 not supported, 1 not started,
+    # 2 in progress, 3 completed, and the status of a completed one (0: success); None: not offered.
+    fabric_state: int | None = None
+    fabric_status: int | None = None
     # The GPU's NVLinks as NVML answers per link; () where it has none (a PCIe card), None: not read.
     nvlinks: tuple[NvLink, ...] | None = None
 
@@ -415,7 +419,7 @@ class Fabric:
     ib_error: str | None = None  # the RDMA ports could not be read (late, or unreadable)
     # interface -> operstate ("up", "down"; "absent" where no such interface exists)
     ipoib: Mapping[str, str] = field(default_factory=dict)
-    fabric_manager_running: bool | None = None  # None: not looked for (no NVSwitch)
+    fabric_manager_running: bool | None = None  # None: not looked for
     kernel_release: str | None = None
     open_kernel_module: bool | None = None  # the NVIDIA module is the open one (DMA-BUF capable)
 

@@ -476,10 +476,27 @@ def gpudirect(snap: Snapshot) -> Result:
 # ---------------------------------------------------------------------------------------- NVLink
 
 
+FABRIC_STATES = {1: "not started", 2: "in progress", 3: "completed"}
+
+
 def _nvswitches(snap: Snapshot) -> int:
+    """NVSwitches on the PCI bus, or recorded by the nvidia_driver role; at least one where a GPU is
+    registered with an NVLink fabric (Hopper's NVSwitches need not show on the PCI bus)."""
     on_bus = sum(1 for d in snap.fabric.pci if d.kind == "nvswitch")
-    recorded = snap.expected.get("nvidia_driver", {}).get("nvswitch_count") or 0
-    return max(on_bus, int(recorded))
+    recorded = int(snap.expected.get("nvidia_driver", {}).get("nvswitch_count") or 0)
+    in_fabric = any(g.fabric_state in FABRIC_STATES for g in snap.nvml.gpus)
+    return max(on_bus, recorded, 1 if in_fabric else 0)
+
+
+def _unregistered(snap: Snapshot) -> dict[int, str]:
+    """GPUs that the fabric has not (successfully) taken in: index -> NVML's state."""
+    found = {}
+    for gpu in snap.nvml.gpus:
+        if gpu.fabric_state in (1, 2):
+            found[gpu.index] = FABRIC_STATES[gpu.fabric_state]
+        elif gpu.fabric_state == 3 and gpu.fabric_status:
+            found[gpu.index] = f"completed with error {gpu.fabric_status}"
+    return found
 
 
 @check("fabric.nvlink", needs=("manifest:health",))
@@ -590,13 +607,26 @@ def fabric_manager(snap: Snapshot) -> Result:
         "install nvidia-fabricmanager of the driver's exact version (the nvidia_driver role does, with "
         "nvidia_driver_fabricmanager), hold both packages, and start nvidia-fabricmanager"
     )
+    unregistered = _unregistered(snap)
+    described = ", ".join(f"GPU {index} {state}" for index, state in sorted(unregistered.items()))
     if not snap.fabric.fabric_manager_running:
         return Result(
             "fabric.fabric_manager",
             Status.FAIL,
-            f"{switches} NVSwitch(es) but Fabric Manager is not running: CUDA cannot use the GPUs",
+            f"{switches} NVSwitch(es) but Fabric Manager is not running: CUDA cannot use the GPUs"
+            + (f" (NVML: {described})" if unregistered else ""),
             evidence=evidence,
             remedy=remedy,
+            critical=True,
+        )
+    if unregistered:
+        return Result(
+            "fabric.fabric_manager",
+            Status.FAIL,
+            f"GPUs not registered with the NVLink fabric ({described}): CUDA cannot use them yet",
+            evidence={**evidence, "fabric_state": {str(i): s for i, s in unregistered.items()}},
+            remedy="read Fabric Manager's log (/var/log/fabricmanager.log); restart nvidia-fabricmanager, "
+            "and reset the GPUs or the baseboard if it cannot train the fabric",
             critical=True,
         )
     if driver and versions and versions != [driver]:

@@ -265,19 +265,14 @@ def read_fabric(
     pci = read_pci_devices(fs)
     ports, error = read_ib_ports(fs, deadline)
     health = expected.get("health", {})
-    driver = expected.get("nvidia_driver", {})
-    switches = (
-        any(d.kind == "nvswitch" for d in pci)
-        or bool(driver.get("nvswitch_count"))
-        or bool(driver.get("fabricmanager"))
-    )
     ipoib = health.get("ipoib_interfaces", [])
     return Fabric(
         pci=pci,
         ib_ports=ports,
         ib_error=error,
         ipoib=read_ipoib(fs, [str(i) for i in ipoib] if isinstance(ipoib, list) else []),
-        fabric_manager_running=fabric_manager_running(fs) if switches else None,
+        # looked for on every node: NVML may show an NVSwitch fabric the PCI bus does not
+        fabric_manager_running=fabric_manager_running(fs),
         kernel_release=_read(fs, "/proc/sys/kernel/osrelease"),
         open_kernel_module=None
         if not nvidia_version_text

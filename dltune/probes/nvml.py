@@ -212,6 +212,17 @@ def _nvlinks(pynvml: Any, field: Callable[..., Any]) -> tuple[NvLink, ...]:
     return tuple(links)
 
 
+def _fabric_info(pynvml: Any, field: Callable[..., Any]) -> tuple[int | None, int | None]:
+    """(state, status) of the GPU's registration with the NVLink fabric, where the driver has it."""
+    info_type = getattr(pynvml, "c_nvmlGpuFabricInfo_t", None)
+    if info_type is None or not hasattr(pynvml, "nvmlDeviceGetGpuFabricInfo"):
+        return None, None
+    info = info_type()
+    if field(pynvml.nvmlDeviceGetGpuFabricInfo, ctypes.byref(info)) is None:
+        return None, None
+    return int(info.state), int(info.status)
+
+
 def _bus_id(info: Any) -> str | None:
     """NVML's "00000000:3B:00.0" as sysfs names the device: "0000:3b:00.0"."""
     if info is None:
@@ -259,6 +270,7 @@ def _gpu(pynvml: Any, index: int) -> tuple[Gpu, Any, dict[int, int] | None]:
     uuid = field(pynvml.nvmlDeviceGetUUID)
     processes = field(pynvml.nvmlDeviceGetComputeRunningProcesses)
     vbios = field(pynvml.nvmlDeviceGetVbiosVersion)
+    fabric_state, fabric_status = _fabric_info(pynvml, field)
     inforom = field(pynvml.nvmlDeviceGetInforomImageVersion)
     gpu = Gpu(
         index=index,
@@ -292,6 +304,8 @@ def _gpu(pynvml: Any, index: int) -> tuple[Gpu, Any, dict[int, int] | None]:
         vbios_version=_text(vbios) if vbios is not None else None,
         inforom_image=_text(inforom) if inforom is not None else None,
         nvlinks=_nvlinks(pynvml, field),
+        fabric_state=fabric_state,
+        fabric_status=fabric_status,
     )
     if lost:
         return Gpu(index=index, error=lost[0]), None, None

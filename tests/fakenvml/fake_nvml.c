@@ -39,6 +39,8 @@ typedef struct {
     unsigned long long nvlink_replay, nvlink_recovery, nvlink_crc_flit, nvlink_crc_data;
     char pci_bus_id[32], vbios[32], inforom[32];
     unsigned app_clock_mhz, app_clock_default_mhz; /* graphics application clock, MHz */
+    int fabric_state;                               /* -1: the driver has no fabric info (NotSupported) */
+    unsigned fabric_status;
 } gpu_t;
 
 static gpu_t gpus[MAX_GPUS];
@@ -106,6 +108,8 @@ static void set_field(gpu_t *g, const char *key, const char *val) {
     else if (!strcmp(key, "inforom")) snprintf(g->inforom, sizeof g->inforom, "%s", val);
     else if (!strcmp(key, "app_clock_mhz")) g->app_clock_mhz = (unsigned)n;
     else if (!strcmp(key, "app_clock_default_mhz")) g->app_clock_default_mhz = (unsigned)n;
+    else if (!strcmp(key, "fabric_state")) g->fabric_state = atoi(val);
+    else if (!strcmp(key, "fabric_status")) g->fabric_status = (unsigned)n;
     else fprintf(stderr, "fake-nvml: unknown key %s\n", key);
 }
 
@@ -125,6 +129,7 @@ static void defaults(void) {
         snprintf(g->vbios, sizeof g->vbios, "96.00.99.00.01");
         snprintf(g->inforom, sizeof g->inforom, "G520.0200.00.05");
         g->app_clock_mhz = 1980; g->app_clock_default_mhz = 1980;
+        g->fabric_state = -1;
     }
 }
 
@@ -401,5 +406,22 @@ int nvmlDeviceGetDefaultApplicationsClock(void *dev, int type, unsigned *mhz) {
     DEVICE_GUARD(dev, "app_clocks");
     if (type != 0) return NOT_SUPPORTED;
     *mhz = g->app_clock_default_mhz;
+    return OK;
+}
+
+/* nvmlGpuFabricInfo_t (v1) as nvml.h lays it out */
+typedef struct {
+    unsigned char cluster_uuid[16];
+    unsigned status;
+    unsigned clique_id;
+    unsigned state;
+} fabric_info_t;
+
+int nvmlDeviceGetGpuFabricInfo(void *dev, fabric_info_t *info) {
+    DEVICE_GUARD(dev, "fabric");
+    if (g->fabric_state < 0) return NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->state = (unsigned)g->fabric_state;
+    info->status = g->fabric_status;
     return OK;
 }

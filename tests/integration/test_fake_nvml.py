@@ -454,6 +454,8 @@ def test_nvlinks_bus_ids_and_firmware_through_pynvml(fake_nvml_dir: Path) -> Non
     assert nvlink["5"]["status"] == "warn" and "recovery 12" in nvlink["5"]["summary"]
     assert {nvlink[str(i)]["status"] for i in (0, 1, 2, 4, 6, 7)} == {"pass"}
     assert "all 18 NVLinks active" in nvlink["0"]["summary"]
+    (manager,) = [r for r in results if r["id"] == "fabric.fabric_manager"]
+    assert manager["status"] == "fail" and manager["critical"] and "GPU 7 not started" in manager["summary"]
     clocks = {(r["subject"] or "").split(":")[0]: r["status"] for r in results if r["id"] == "gpu.app_clocks"}
     assert clocks["2"] == "warn" and {clocks[str(i)] for i in range(8) if i != 2} == {"pass"}
     (firmware,) = [r for r in results if r["id"] == "gpu.firmware"]

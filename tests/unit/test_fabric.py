@@ -464,3 +464,32 @@ def test_application_clocks() -> None:
     assert judge(1961, 1980) is Status.PASS, "within 1% of the default"
     assert judge(1960, 1980) is Status.WARN
     assert judge(None, 1980) is Status.SKIP
+
+
+def test_nvml_fabric_registration() -> None:
+    """Hopper's NVSwitches need not show on the PCI bus: NVML's fabric state of the GPUs says there is
+    a fabric, and which GPUs Fabric Manager has not (successfully) taken in."""
+    registered = tuple(Gpu(index=i, fabric_state=3, fabric_status=0) for i in range(4))
+    node = snap(
+        nvml=NvmlState(True, driver_version="580.95.05", gpus=registered),
+        fabric=Fabric(fabric_manager_running=True),
+        expected={"nvidia_driver": {"branch": "580"}},
+    )
+    assert fabric.fabric_manager(node).status is Status.PASS, "a fabric known from NVML alone is judged"
+    pending = dataclasses.replace(
+        node,
+        nvml=NvmlState(
+            True, driver_version="580.95.05", gpus=(*registered[:3], Gpu(index=3, fabric_state=2))
+        ),
+    )
+    result = fabric.fabric_manager(pending)
+    assert result.status is Status.FAIL and result.critical and "GPU 3 in progress" in result.summary
+    failed = dataclasses.replace(
+        node,
+        nvml=NvmlState(True, gpus=(*registered[:3], Gpu(index=3, fabric_state=3, fabric_status=999))),
+    )
+    assert "completed with error 999" in fabric.fabric_manager(failed).summary
+    stopped = dataclasses.replace(node, fabric=Fabric(fabric_manager_running=False))
+    assert fabric.fabric_manager(stopped).status is Status.FAIL
+    pcie_cards = dataclasses.replace(node, nvml=NvmlState(True, gpus=(Gpu(index=0, fabric_state=0),)))
+    assert fabric.fabric_manager(pcie_cards).status is Status.SKIP
