@@ -17,7 +17,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from dltune.cli import app
-from dltune.cluster import bench_charts, load, merged_json, render_html, render_summary
+from dltune.cluster import bench_charts, firmware_outliers, load, merged_json, render_html, render_summary
 from tests.fuzzing import FUZZ
 
 NOW = datetime.now(timezone.utc)
@@ -281,3 +281,37 @@ def test_text_a_node_did_not_escape_is_escaped_in_the_merged_outputs(tmp_path: P
     merged = json.loads(json_file.read_bytes().decode("utf-8"))
     assert merged["nodes"][0]["results"][0]["subject"] == "/data/caf\\xff"
     html_file.read_bytes().decode("utf-8")
+
+
+def firmware_result(vbios: str, inforom: str = "G520.0200.00.05") -> dict[str, object]:
+    """gpu.firmware as a node writes it: versions by model, each with the GPUs that run it."""
+    found = result("gpu.firmware", "pass")
+    found["evidence"] = {
+        "models": {
+            "NVIDIA H100 80GB HBM3": {"vbios": {vbios: [0, 1, 2, 3]}, "inforom": {inforom: [0, 1, 2, 3]}}
+        }
+    }
+    return found
+
+
+def test_nodes_whose_gpu_firmware_differs_from_the_clusters_are_named(tmp_path: Path) -> None:
+    for node, vbios in (("n1", "96.00.99.00.01"), ("n2", "96.00.99.00.01"), ("n3", "96.00.61.00.01")):
+        (tmp_path / f"{node}.audit.json").write_text(json.dumps(envelope(node, [firmware_result(vbios)])))
+    nodes = load(sorted(tmp_path.glob("*.json")))
+    assert firmware_outliers(nodes) == {
+        "n3": ["NVIDIA H100 80GB HBM3 vbios 96.00.61.00.01, 2 node(s) run 96.00.99.00.01"]
+    }
+    out = io.StringIO()
+    render_summary(nodes, Console(file=out, width=100))
+    assert "firmware differs from the cluster's on n3" in out.getvalue()
+    page = render_html(nodes, "2026-11-24T00:00:00Z")
+    assert "<h2>GPU firmware</h2><ul><li>n3: NVIDIA H100 80GB HBM3 vbios 96.00.61.00.01" in page
+
+
+def test_one_firmware_everywhere_or_no_majority() -> None:
+    from dltune.cluster import NodeReport
+
+    same = [NodeReport(f"n{i}", [firmware_result("96.00.99.00.01")]) for i in range(3)]
+    assert firmware_outliers(same) == {}
+    split = [NodeReport("a", [firmware_result("1")]), NodeReport("b", [firmware_result("2")])]
+    assert set(firmware_outliers(split)) == {"a", "b"}, "with no majority every node is named"
