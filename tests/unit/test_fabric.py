@@ -493,3 +493,12 @@ def test_nvml_fabric_registration() -> None:
     assert fabric.fabric_manager(stopped).status is Status.FAIL
     pcie_cards = dataclasses.replace(node, nvml=NvmlState(True, gpus=(Gpu(index=0, fabric_state=0),)))
     assert fabric.fabric_manager(pcie_cards).status is Status.SKIP
+
+
+def test_ib_errors_skip_without_active_ports_or_counters() -> None:
+    assert fabric.ib_errors(snap())[0].status is Status.SKIP
+    down = port(state="DOWN", phys_state="Disabled")
+    (none_active,) = fabric.ib_errors(snap(fabric=Fabric(ib_ports=(down,))))
+    assert none_active.status is Status.SKIP and "no active RDMA port" in none_active.summary
+    (unreadable,) = fabric.ib_errors(snap(fabric=Fabric(ib_ports=(port(counters={}),))))
+    assert unreadable.status is Status.SKIP and "cannot be read" in unreadable.summary
