@@ -112,25 +112,22 @@ def many_mounts(counts: list[int], runs: int) -> None:
 
 
 def fabric_once(tree: str) -> None:
-    """One audit of the fixture tree with NVML from the (fake) library: what `dltune audit` does."""
-    import dataclasses
-    from concurrent.futures import ThreadPoolExecutor
+    """One audit of the fixture tree with NVML from the (fake) library, in `dltune audit`'s order:
+    NVML's child starts before the probes and checks are imported (commands/audit.audit_results)."""
+    from dltune.probes.nvml import nvml_in_background
+    from dltune.probes.watchdog import Deadline
+
+    deadline = Deadline(30)
+    nvml = nvml_in_background(deadline=deadline)
     from datetime import datetime, timezone
 
     from dltune.checks import run_checks
     from dltune.model import exit_code
     from dltune.probes import collect_snapshot
-    from dltune.probes.nvml import probe_nvml_in_child
-    from dltune.probes.watchdog import Deadline
     from dltune.report import render_json
 
     areas = ["driver", "gpu", "fabric"]
-    deadline = Deadline(30)
-    # as collect_snapshot does on a node: NVML's child runs while the other probes read
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        nvml = pool.submit(probe_nvml_in_child, deadline=deadline)
-        snapshot = collect_snapshot(tree, areas=areas, deadline=deadline)
-        snapshot = dataclasses.replace(snapshot, nvml=nvml.result())
+    snapshot = collect_snapshot(tree, areas=areas, deadline=deadline, nvml_future=nvml)
     results = run_checks(snapshot, areas)
     sys.stdout.write(render_json(results, "hgx-fixture", datetime.now(timezone.utc)))
     sys.exit(exit_code(results))

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from dltune import __version__
+import dltune
 from dltune.commands.audit import audit
 from dltune.commands.bench import bench
 from dltune.commands.check import check
@@ -28,7 +28,7 @@ for command in (audit, check, stage, bench, report):
 @app.command()
 def version() -> None:
     """Print dltune's version."""
-    typer.echo(__version__)
+    typer.echo(dltune.__version__)
 
 
 def main() -> None:

@@ -7,13 +7,15 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
 from dltune.model import AREAS, EXIT_USAGE_OR_ERROR
-from dltune.report import console, write_atomically
 from dltune.text import visible
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_INTERRUPTED = 130
 # Every command with a human table takes it: skipped checks are one line unless asked for.
@@ -62,16 +64,24 @@ def check_output_file(path: Path, hint: str) -> None:
 
 def write_output(path: Path, text: str, hint: str) -> None:
     try:
+        from dltune.report import write_atomically
+
         write_atomically(path, text)
     except OSError as exc:  # e.g. the disk filled up since the check
+        from dltune.report import console
+
         console(stderr=True).print(f"dltune: {hint} {visible(str(path))}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
 
 
 def stdout_console() -> Console:
     # Piped into a log (Ansible, Slurm), a terminal's 80 columns would fold every summary.
+    from dltune.report import console
+
     return console(width=None if sys.stdout.isatty() else 160)
 
 
 def progress_console() -> Console:
+    from dltune.report import console
+
     return console(stderr=True, soft_wrap=True)  # messages whole in job logs, not folded at 80

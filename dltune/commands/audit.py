@@ -9,12 +9,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dltune.checks import run_checks
-from dltune.cluster import previous_counters
 from dltune.commands import (
     ALL_OPTION,
     OutputFormat,
@@ -24,10 +22,10 @@ from dltune.commands import (
     write_output,
 )
 from dltune.model import AREAS, EXIT_USAGE_OR_ERROR, Result, exit_code
-from dltune.probes import collect_snapshot
 from dltune.probes.watchdog import Deadline
-from dltune.report import console, render_facts, render_human, render_json, render_prometheus
-from dltune.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from dltune.snapshot import Snapshot
 
 log = logging.getLogger("dltune")
 
@@ -49,7 +47,20 @@ def audit_results(
     previous: Mapping[str, Mapping[str, int]] | None = None,
     dcgm_level: int | None = None,
 ) -> tuple[Snapshot, list[Result], str]:
-    """The audit itself: the node's snapshot, its judgement by every check of ``areas``, the host's name."""
+    """The audit itself: the node's snapshot, its judgement by every check of ``areas``, the host's name.
+    NVML's child starts first, before the imports of every probe and check: its half-second clock
+    window then runs while they load and read."""
+    from dltune.probes.nvml import nvml_in_background
+
+    wanted = set(areas) if areas is not None else {"gpu", "driver", "fabric"}
+    nvml_future = (
+        nvml_in_background(nvml_timeout, deadline)
+        if str(root) == "/" and wanted & {"gpu", "driver", "fabric"}
+        else None
+    )
+    from dltune.checks import run_checks
+    from dltune.probes import collect_snapshot
+
     snapshot = collect_snapshot(
         root,
         areas=areas,
@@ -58,6 +69,7 @@ def audit_results(
         deadline=deadline,
         previous=previous,
         dcgm_level=dcgm_level,
+        nvml_future=nvml_future,
     )
     for path, error in snapshot.errors.items():
         log.info("probe could not read %s: %s", path, error)
@@ -154,6 +166,8 @@ def audit(
         _, results, host = audit_results(
             root, areas, nfs_timeout, nvml_timeout, deadline, counters, dcgm_level=1 if dcgm else None
         )
+        from dltune.report import render_facts, render_human, render_json, render_prometheus
+
         now = datetime.now(timezone.utc)
         if textfile_dir is not None:
             write_output(textfile_dir / "dltune.prom", render_prometheus(results, now), "--textfile-dir")
@@ -175,6 +189,8 @@ def audit(
 def earlier_counters(previous: Path | None, facts_file: Path | None) -> dict[str, dict[str, int]]:
     """Counters of the previous audit: from --previous (which must be usable), else from the facts
     file this run is about to replace (where a missing or unusable one just means a first run)."""
+    from dltune.cluster import previous_counters
+
     if previous is not None:
         found, problem = previous_counters(previous)
         if problem is not None:
@@ -190,6 +206,7 @@ def earlier_counters(previous: Path | None, facts_file: Path | None) -> dict[str
 
 def _apply_slurm_health(slurm_node: str | None, results: Sequence[Result]) -> None:
     from dltune.probes.runner import SubprocessRunner
+    from dltune.report import console
     from dltune.slurm_health import apply as apply_slurm_health
 
     node = slurm_node or socket.gethostname().split(".")[0]

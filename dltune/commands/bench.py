@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn
 
 from dltune.commands import ALL_OPTION, BenchFormat, progress_console, stdout_console
 from dltune.model import EXIT_USAGE_OR_ERROR, Result, exit_code
-from dltune.report import render_human, render_json
 
 if TYPE_CHECKING:
     from dltune.bench.run import Options
@@ -22,6 +20,8 @@ if TYPE_CHECKING:
 def bench_results(options: Options, multi_node: bool = False) -> list[Result] | None:
     """Run the bench with a progress line on stderr; None on a node that only took part in a multi-node
     run. A bench that cannot start (a GPU NVML sees but CUDA does not) raises BenchError."""
+    from rich.progress import BarColumn, Progress, TextColumn
+
     from dltune.bench.run import run_bench, run_multi_node
 
     with Progress(
@@ -116,6 +116,8 @@ def bench(
     if results is None:  # another node of a multi-node run: the first node reports for all
         err.print(f"dltune bench: {socket.gethostname()} took part; the step's first node reports")
         raise typer.Exit(0)
+    from dltune.report import render_human, render_json
+
     now = datetime.now(timezone.utc)
     err.print(f"dltune bench: {len(results)} results in {(now - start).total_seconds():.1f}s")
     host = socket.gethostname()

@@ -13,9 +13,7 @@ import typer
 from dltune.commands import ALL_OPTION, BenchFormat, progress_console, stdout_console
 from dltune.commands.audit import audit_results, check_timeouts
 from dltune.model import Result, Status, exit_code
-from dltune.probes.dcgm import DCGM_TIMEOUT_S
 from dltune.probes.watchdog import Deadline
-from dltune.report import render_human, render_json
 
 
 def check(
@@ -54,6 +52,8 @@ def check(
 
     if device not in (None, "cpu", "cuda"):
         raise typer.BadParameter(f"{device}: give cpu or cuda", param_hint="--device")
+    from dltune.probes.dcgm import DCGM_TIMEOUT_S
+
     if dcgm is not None and dcgm not in DCGM_TIMEOUT_S:
         raise typer.BadParameter(f"{dcgm}: DCGM's levels are 1, 2, 3 and 4", param_hint="--dcgm")
     check_timeouts(timeout=timeout, nfs_timeout=nfs_timeout, nvml_timeout=nvml_timeout)
@@ -67,6 +67,8 @@ def check(
         )
     gate = bench_gate(results, busy, importlib.util.find_spec("torch") is not None, no_bench)
     results += [gate] if gate is not None else _quick_bench(device)
+    from dltune.report import render_human, render_json
+
     now = datetime.now(timezone.utc)
     if output is BenchFormat.json:
         sys.stdout.write(render_json(results, host, now))

@@ -9,14 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
 from dltune.commands import EXIT_INTERRUPTED, interrupt, progress_console
 from dltune.text import visible
@@ -59,6 +51,15 @@ def stage(
         raise typer.BadParameter(
             "give --to DIR (or run inside a Slurm job with $SLURM_TMPDIR)", param_hint="--to"
         )
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     err = progress_console()
     with Progress(
         TextColumn("staging {task.description}", markup=False),

@@ -16,8 +16,8 @@ __all__ = ["collect_snapshot", "nvidia_module_version", "read_optional"]
 
 
 def __getattr__(name: str) -> Any:
-    collect = importlib.import_module("dltune.probes.collect")
-    try:
-        return getattr(collect, name)
-    except AttributeError:
-        raise AttributeError(f"module 'dltune.probes' has no attribute {name!r}") from None
+    # Only the names above: any other (a submodule not imported yet) must stay an AttributeError, so
+    # that `from dltune.probes import nvml_read` imports that submodule and nothing else.
+    if name not in __all__:
+        raise AttributeError(f"module 'dltune.probes' has no attribute {name!r}")
+    return getattr(importlib.import_module("dltune.probes.collect"), name)

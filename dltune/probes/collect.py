@@ -7,7 +7,7 @@ import os
 import re
 import socket
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from dltune.probes.manifest import read_manifest
 from dltune.probes.mounts import parse_fstab, parse_mountinfo
 from dltune.probes.mountstats import parse_mountstats
 from dltune.probes.network import probe_responsive_many, route_to
-from dltune.probes.nvml import NVML_TIMEOUT_S, probe_nvml_in_child
+from dltune.probes.nvml import NVML_TIMEOUT_S, nvml_in_background
 from dltune.probes.packages import read_driver_packages, read_kernel_log
 from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
 from dltune.probes.storage import data_mount_points, meminfo_kb, resolve_uuids, space_of
@@ -61,6 +61,7 @@ def collect_snapshot(
     deadline: Deadline | None = None,
     previous: Mapping[str, Mapping[str, int]] | None = None,
     dcgm_level: int | None = None,
+    nvml_future: Future[NvmlState] | None = None,
 ) -> Snapshot:
     """Read the host. With ``areas``, probes that only other areas judge (NVML, statvfs) are left out:
     `--only storage` must not touch a GPU driver that may hang, nor a mount that may. Probes that can
@@ -101,14 +102,9 @@ def collect_snapshot(
     )
     uuid_devices = resolve_uuids(fs, runner, uuids)
     # NVML answers for the running host only: a fixture tree has no GPUs to ask. Its child spends half
-    # a second in the clock window: the other probes run meanwhile.
-    nvml_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
-    nvml_future = (
-        nvml_pool.submit(probe_nvml_in_child, nvml_timeout, deadline)
-        if fs.root == Path("/") and needed("gpu", "driver", "fabric")
-        else None
-    )
-    nvml_pool.shutdown(wait=False)
+    # a second in the clock window: the other probes run meanwhile (the audit starts it even earlier).
+    if nvml_future is None and fs.root == Path("/") and needed("gpu", "driver", "fabric"):
+        nvml_future = nvml_in_background(nvml_timeout, deadline)
     files = read_files(fs, _env_files(expected)) if env_wanted else {}
     nvidia_version = read_optional(fs, "/proc/driver/nvidia/version")
     return Snapshot(

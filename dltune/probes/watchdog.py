@@ -17,8 +17,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dltune.snapshot import StatFs
+if TYPE_CHECKING:
+    from dltune.snapshot import StatFs
 
 # argv marker of dltune's probe children, so a later audit can recognise one still stuck.
 CHILD_MARKER = "--dltune-probe-child"
@@ -104,6 +106,8 @@ def run_child(argv: Sequence[str], timeout: float, env: dict[str, str] | None = 
 def statfs_many(paths: Sequence[str], timeout: float) -> dict[str, StatFs | str]:
     """statfs of each path in a child of its own, all at once (a dead server costs one timeout, not
     one per path); a path that does not answer in time maps to the reason instead."""
+    from dltune.snapshot import StatFs
+
     start = time.monotonic()
     children: dict[str, subprocess.Popen[str] | str] = {}
     for path in paths:

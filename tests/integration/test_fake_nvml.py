@@ -461,7 +461,7 @@ def test_nvlinks_bus_ids_and_firmware_through_pynvml(fake_nvml_dir: Path) -> Non
     (firmware,) = [r for r in results if r["id"] == "gpu.firmware"]
     assert firmware["status"] == "warn" and "96.00.61.00.01 on GPU 6" in firmware["summary"]
     child = subprocess.run(
-        [sys.executable, "-m", "dltune.probes.nvml", CHILD_MARKER, "nvml"],
+        [sys.executable, "-m", "dltune.probes.nvml_read", CHILD_MARKER, "nvml"],
         capture_output=True,
         text=True,
         env=env,
