@@ -90,6 +90,7 @@ demo: lab
 # Speed, as ratios against a baseline in the same run (not part of make test).
 bench: lab
 	$(PY) benchmarks/audit_speed.py
+	$(PY) benchmarks/audit_speed.py --fabric
 	$(PY) benchmarks/noatime.py
 	$(PY) benchmarks/nfs_audit.py
 	$(PY) benchmarks/stage.py
