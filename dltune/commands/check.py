@@ -21,7 +21,7 @@ def check(
         BenchFormat, typer.Option("--format", help="Output format on stdout.")
     ] = BenchFormat.human,
     show_all: Annotated[bool, ALL_OPTION] = False,
-    no_bench: Annotated[bool, typer.Option("--no-bench", help="The audit only.")] = False,
+    no_bench: Annotated[bool, typer.Option("--no-bench", help="No bench after the audit (--dcgm still runs).")] = False,
     device: Annotated[
         str | None, typer.Option("--device", help="cpu or cuda (default: every local GPU, else the CPU).")
     ] = None,
