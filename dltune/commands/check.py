@@ -21,7 +21,9 @@ def check(
         BenchFormat, typer.Option("--format", help="Output format on stdout.")
     ] = BenchFormat.human,
     show_all: Annotated[bool, ALL_OPTION] = False,
-    no_bench: Annotated[bool, typer.Option("--no-bench", help="No bench after the audit (--dcgm still runs).")] = False,
+    no_bench: Annotated[
+        bool, typer.Option("--no-bench", help="No bench after the audit (--dcgm still runs).")
+    ] = False,
     device: Annotated[
         str | None, typer.Option("--device", help="cpu or cuda (default: every local GPU, else the CPU).")
     ] = None,
@@ -46,8 +48,8 @@ def check(
     ] = None,
 ) -> None:
     """Audit this node, then run `dltune bench --quick` on its GPUs (CPU where none), unless a critical
-    check failed, a job is using a GPU, or PyTorch is missing (each said as a skipped bench.run).
-    Exit 0 ok, 1 a fail, 2 usage/error."""
+    check failed, a job is using a GPU, or PyTorch is missing (each said as a skipped bench.run); with
+    --dcgm, DCGM's diagnostic first, under the same conditions. Exit 0 ok, 1 a fail, 2 usage/error."""
     from dltune.bench.judge import bench_gate
 
     if device not in (None, "cpu", "cuda"):
