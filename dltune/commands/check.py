@@ -16,6 +16,7 @@ from dltune.model import Result, Status, exit_code
 from dltune.probes.watchdog import Deadline
 
 
+# long: mostly its option declarations
 def check(
     output: Annotated[
         BenchFormat, typer.Option("--format", help="Output format on stdout.")
