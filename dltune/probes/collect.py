@@ -155,7 +155,7 @@ def collect_snapshot(
             if needed("gpu")
             else KernelLog(None, "not probed: gpu area not asked for")
         ),
-        nvml=(nvml := _nvml_state(nvml_future, fs, needed("gpu", "driver", "fabric"))),
+        nvml=(nvml := _nvml_state(nvml_future, fs)),
         slurm_jobs=slurm_jobs_on(runner, socket.gethostname().split(".")[0], max(deadline.limit(5.0), 0.1))
         if needed("gpu") and any(g.compute_pids for g in nvml.gpus)
         else None,
@@ -184,12 +184,12 @@ def _dcgm(runner: CommandRunner, level: int, deadline: Deadline) -> DcgmDiag:
     return run_dcgm_diag(runner, level, seconds)
 
 
-def _nvml_state(future: Future[NvmlState] | None, fs: HostFS, wanted: bool) -> NvmlState:
+def _nvml_state(future: Future[NvmlState] | None, fs: HostFS) -> NvmlState:
     if future is not None:
         return future.result()
     if fs.root != Path("/"):
         return NvmlState(False, "NVML is not read under --root")
-    return NvmlState(False, "not probed: gpu and driver areas not asked for" if not wanted else "not probed")
+    return NvmlState(False, "not probed: gpu and driver areas not asked for")
 
 
 def _responsive(mounts: Iterable[Mount], timeout: float, deadline: Deadline) -> dict[str, Responsiveness]:

@@ -12,13 +12,6 @@ CPUFREQ = "/sys/devices/system/cpu"
 _CPU_DIR = re.compile(r"cpu[0-9]+")
 
 
-def _read(fs: HostFS, host_path: str) -> str:
-    try:
-        return fs.read_text(host_path).strip()
-    except OSError:
-        return ""
-
-
 def read_cpu_frequency(fs: HostFS) -> CpuFrequency | None:
     """Each CPU's cpufreq governor and energy-performance preference; None where no CPU has cpufreq
     (a VM or container without it, or frequency left to the firmware)."""
@@ -30,11 +23,11 @@ def read_cpu_frequency(fs: HostFS) -> CpuFrequency | None:
     driver = None
     for cpu in cpus:
         base = f"{CPUFREQ}/{cpu}/cpufreq"
-        governor = _read(fs, f"{base}/scaling_governor")
+        governor = fs.read_stripped(f"{base}/scaling_governor") or ""
         if not governor:
             continue
-        settings[(governor, _read(fs, f"{base}/energy_performance_preference"))] += 1
-        driver = driver or _read(fs, f"{base}/scaling_driver") or None
+        settings[(governor, fs.read_stripped(f"{base}/energy_performance_preference") or "")] += 1
+        driver = driver or fs.read_stripped(f"{base}/scaling_driver") or None
     if not settings:
         return None
     governors: Counter[str] = Counter()

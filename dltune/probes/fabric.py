@@ -64,13 +64,6 @@ def parse_aer(text: str) -> tuple[int | None, dict[str, int]]:
     return total, named
 
 
-def _read(fs: HostFS, host_path: str) -> str | None:
-    try:
-        return fs.read_text(host_path).strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
 def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
@@ -91,7 +84,7 @@ def read_aer(fs: HostFS, base: str) -> AerCounts | None:
     totals: dict[str, int | None] = {}
     nonzero: dict[str, int] = {}
     for kind, name in AER_FILES.items():
-        text = _read(fs, f"{base}/{name}")
+        text = fs.read_stripped(f"{base}/{name}")
         if text is None:
             totals[kind] = None
             continue
@@ -111,7 +104,10 @@ def read_pci_devices(fs: HostFS) -> tuple[PciDevice, ...]:
     found = []
     for address in addresses:
         base = f"{PCI_DEVICES}/{address}"
-        vendor, device_class = _read(fs, f"{base}/vendor") or "", _read(fs, f"{base}/class") or ""
+        vendor, device_class = (
+            fs.read_stripped(f"{base}/vendor") or "",
+            fs.read_stripped(f"{base}/class") or "",
+        )
         kind = _kind(vendor.lower(), device_class.lower())
         if kind is None:
             continue
@@ -122,10 +118,10 @@ def read_pci_devices(fs: HostFS) -> tuple[PciDevice, ...]:
                 vendor=vendor.lower(),
                 device_class=device_class.lower(),
                 aer=read_aer(fs, base),
-                link_width=_int(_read(fs, f"{base}/current_link_width")),
-                link_width_max=_int(_read(fs, f"{base}/max_link_width")),
-                link_speed=_read(fs, f"{base}/current_link_speed"),
-                link_speed_max=_read(fs, f"{base}/max_link_speed"),
+                link_width=_int(fs.read_stripped(f"{base}/current_link_width")),
+                link_width_max=_int(fs.read_stripped(f"{base}/max_link_width")),
+                link_speed=fs.read_stripped(f"{base}/current_link_speed"),
+                link_speed_max=fs.read_stripped(f"{base}/max_link_speed"),
             )
         )
     return tuple(found)
@@ -237,7 +233,7 @@ def read_ipoib(fs: HostFS, interfaces: Iterable[str]) -> dict[str, str]:
         if "/" in name or name in ("", ".", ".."):
             found[name] = "absent"
             continue
-        found[name] = _read(fs, f"{NET}/{name}/operstate") or "absent"
+        found[name] = fs.read_stripped(f"{NET}/{name}/operstate") or "absent"
     return found
 
 
@@ -273,7 +269,7 @@ def read_fabric(
         ipoib=read_ipoib(fs, [str(i) for i in ipoib] if isinstance(ipoib, list) else []),
         # looked for on every node: NVML may show an NVSwitch fabric the PCI bus does not
         fabric_manager_running=fabric_manager_running(fs),
-        kernel_release=_read(fs, "/proc/sys/kernel/osrelease"),
+        kernel_release=fs.read_stripped("/proc/sys/kernel/osrelease"),
         open_kernel_module=None
         if not nvidia_version_text
         else "Open Kernel Module" in nvidia_version_text.splitlines()[0],

@@ -21,6 +21,13 @@ class HostFS:
     def read_text(self, host_path: str) -> str:
         return self.path(host_path).read_text(encoding="utf-8", errors="surrogateescape")
 
+    def read_stripped(self, host_path: str) -> str | None:
+        """A sysfs-style one-value file, stripped; None where it cannot be read (absent, no access)."""
+        try:
+            return self.read_text(host_path).strip()
+        except OSError:
+            return None
+
     def exists(self, host_path: str) -> bool:
         return self.path(host_path).exists()
 
