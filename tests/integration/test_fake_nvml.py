@@ -49,15 +49,20 @@ def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def audit(
-    library_dir: Path, scenario: str | None
-) -> tuple[int, dict[tuple[str, str | None], dict[str, Any]]]:
+def scenario_env(library_dir: Path, scenario: str | None) -> dict[str, str]:
     env = {**os.environ, "LD_LIBRARY_PATH": str(library_dir)}
     env.pop("DLTUNE_FAKE_NVML_SCENARIO", None)
     if scenario:
         env["DLTUNE_FAKE_NVML_SCENARIO"] = str(SCENARIOS / f"{scenario}.conf")
+    return env
+
+
+def audit(
+    library_dir: Path, scenario: str | None, only: str = "gpu,driver"
+) -> tuple[int, dict[tuple[str, str | None], dict[str, Any]]]:
+    env = scenario_env(library_dir, scenario)
     done = subprocess.run(
-        [sys.executable, "-m", "dltune.cli", "audit", "--only", "gpu,driver", "--format", "json"],
+        [sys.executable, "-m", "dltune.cli", "audit", "--only", only, "--format", "json"],
         capture_output=True,
         text=True,
         env=env,
@@ -433,38 +438,25 @@ def test_nvlinks_bus_ids_and_firmware_through_pynvml(fake_nvml_dir: Path) -> Non
     """NVLink state and error counters, PCI bus ids and VBIOS/InfoROM versions, read by the real
     pynvml calls (nvmlDeviceGetNvLinkState/ErrorCounter, GetPciInfo_v3, GetVbiosVersion,
     GetInforomImageVersion) from the fake library."""
-    env = {
-        **os.environ,
-        "LD_LIBRARY_PATH": str(fake_nvml_dir),
-        "DLTUNE_FAKE_NVML_SCENARIO": str(SCENARIOS / "hgx_nvlink_faults.conf"),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "dltune.cli", "audit", "--only", "gpu,fabric", "--format", "json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=60,
-    )
-    assert done.returncode == 1, done.stderr
-    results = json.loads(done.stdout)["results"]
-    nvlink = {(r["subject"] or "").split(":")[0]: r for r in results if r["id"] == "fabric.nvlink"}
+    rc, results = audit(fake_nvml_dir, "hgx_nvlink_faults", only="gpu,fabric")
+    assert rc == 1
+    nvlink = {subject: r for (cid, subject), r in results.items() if cid == "fabric.nvlink"}
     assert nvlink["3"]["status"] == "fail" and nvlink["3"]["critical"]
     assert nvlink["3"]["evidence"]["down"] == [4, 7]
     assert nvlink["5"]["status"] == "warn" and "recovery 12" in nvlink["5"]["summary"]
     assert {nvlink[str(i)]["status"] for i in (0, 1, 2, 4, 6, 7)} == {"pass"}
     assert "all 18 NVLinks active" in nvlink["0"]["summary"]
-    (manager,) = [r for r in results if r["id"] == "fabric.fabric_manager"]
+    manager = results[("fabric.fabric_manager", None)]
     assert manager["status"] == "fail" and manager["critical"] and "GPU 7 not started" in manager["summary"]
-    clocks = {(r["subject"] or "").split(":")[0]: r["status"] for r in results if r["id"] == "gpu.app_clocks"}
+    clocks = statuses(results, "gpu.app_clocks")
     assert clocks["2"] == "warn" and {clocks[str(i)] for i in range(8) if i != 2} == {"pass"}
-    (firmware,) = [r for r in results if r["id"] == "gpu.firmware"]
+    firmware = results[("gpu.firmware", None)]
     assert firmware["status"] == "warn" and "96.00.61.00.01 on GPU 6" in firmware["summary"]
     child = subprocess.run(
         [sys.executable, "-m", "dltune.probes.nvml_read", CHILD_MARKER, "nvml"],
         capture_output=True,
         text=True,
-        env=env,
+        env=scenario_env(fake_nvml_dir, "hgx_nvlink_faults"),
         check=True,
         timeout=60,
     )

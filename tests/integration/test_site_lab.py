@@ -62,6 +62,29 @@ def ansible_playbook(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def audit_as_nobody(node: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`dltune audit --format json` on a lab node as an ordinary user."""
+    return subprocess.run(
+        [
+            "docker",
+            "exec",
+            node,
+            "runuser",
+            "-u",
+            "nobody",
+            "--",
+            "dltune",
+            "audit",
+            *args,
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def test_site_converges_idempotently_and_nodes_audit_clean(lab: None) -> None:
     first = ansible_playbook("site.yml", "-i", "inventory")
     assert first.returncode == 0, first.stdout[-4000:]
@@ -71,12 +94,7 @@ def test_site_converges_idempotently_and_nodes_audit_clean(lab: None) -> None:
         assert re.search(rf"^{node}\s*:.*changed=0", second.stdout, re.M), second.stdout[-2000:]
 
     for node in NODES:
-        done = subprocess.run(
-            ["docker", "exec", node, "runuser", "-u", "nobody", "--", "dltune", "audit", "--format", "json"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = audit_as_nobody(node)
         assert done.returncode in (0, 1), done.stderr
         results = {r["id"]: r for r in json.loads(done.stdout)["results"]}
         tmp = results["storage.tmp_tmpfs"]
@@ -451,28 +469,7 @@ def test_dl_env_rolls_back_and_reapplies(lab: None) -> None:
             "playbooks/dl_env.yml", "-i", "inventory", *limit, "-e", "dl_env_state=absent"
         )
         assert re.search(rf"^{node}\s*:.*changed=0 .*failed=0", again.stdout, re.M), again.stdout[-3000:]
-        audit = json.loads(
-            subprocess.run(
-                [
-                    "docker",
-                    "exec",
-                    node,
-                    "runuser",
-                    "-u",
-                    "nobody",
-                    "--",
-                    "dltune",
-                    "audit",
-                    "--only",
-                    "env",
-                    "--format",
-                    "json",
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout
-        )
+        audit = json.loads(audit_as_nobody(node, "--only", "env").stdout)
         cublas = next(r for r in audit["results"] if r["id"] == "env.cublas_workspace")
         assert cublas["status"] == "warn" and cublas["remedy"] == "apply role dl_env", cublas
     finally:
@@ -601,12 +598,7 @@ def test_dltune_uninstalls_cleanly_and_reinstalls(lab: None) -> None:
     finally:
         present = ansible_playbook("playbooks/dltune.yml", "-i", "inventory", *limit)
     assert present.returncode == 0, present.stdout[-3000:]
-    audit = subprocess.run(
-        ["docker", "exec", node, "runuser", "-u", "nobody", "--", "dltune", "audit", "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    audit = audit_as_nobody(node)
     assert audit.returncode in (0, 1) and json.loads(audit.stdout)["results"], audit.stderr
 
 
@@ -627,26 +619,7 @@ def test_health_expectations_go_from_role_variables_to_the_audit(lab: None) -> N
         )
         assert applied.returncode == 0, applied.stdout[-3000:]
         assert json.loads(docker_exec(node, "cat", fragment))["ib_ports"] == wanted["dltune_health_ib_ports"]
-        done = subprocess.run(
-            [
-                "docker",
-                "exec",
-                node,
-                "runuser",
-                "-u",
-                "nobody",
-                "--",
-                "dltune",
-                "audit",
-                "--only",
-                "fabric",
-                "--format",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = audit_as_nobody(node, "--only", "fabric")
         assert done.returncode == 1, done.stderr
         failed = {
             (r["id"], r["subject"]): r for r in json.loads(done.stdout)["results"] if r["status"] == "fail"
