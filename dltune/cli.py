@@ -12,7 +12,7 @@ from dltune.commands.audit import audit
 from dltune.commands.bench import bench
 from dltune.commands.check import check
 from dltune.commands.report import report
-from dltune.commands.stage import stage
+from dltune.commands.stage import stage, stage_node
 from dltune.model import EXIT_USAGE_OR_ERROR
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app = typer.Typer(
 )
 for command in (audit, check, stage, bench, report):
     app.command()(command)
+app.command("stage-node", hidden=True)(stage_node)
 
 
 @app.command()

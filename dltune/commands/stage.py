@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -36,6 +36,17 @@ def stage(
         bool,
         typer.Option("--replace", help="Replace DIR/<name> when it holds another source, or an older state."),
     ] = False,
+    broadcast: Annotated[
+        bool,
+        typer.Option(
+            "--broadcast",
+            help="In a Slurm batch script: stage onto every node of the job, reading SRC once (sbcast).",
+        ),
+    ] = False,
+    bwlimit: Annotated[
+        float,
+        typer.Option("--bwlimit", help="Read SRC at most this fast, in MB/s (0: no limit).", min=0),
+    ] = 0,
 ) -> None:
     """Copy SRC to DIR/<name> on node-local disk: parallel, resumable, atomic. Prints the staged path.
     Exit 0 staged, 1 refused or failed, 2 usage, 130 interrupted (the partial copy resumes)."""
@@ -74,6 +85,9 @@ def stage(
         # SIGTERM (Slurm's scancel, a job's time limit) ends the copy as Ctrl-C does: cleanly, resumable.
         previous = signal.signal(signal.SIGTERM, interrupt)
         try:
+            if broadcast:
+                _broadcast(src, to, workers, verify, checksum, replace, bwlimit, bar, task)
+                return
             summary = stage_mod.stage(
                 src,
                 to,
@@ -81,6 +95,7 @@ def stage(
                 verify=verify,
                 checksum=checksum,
                 replace=replace,
+                bwlimit=bwlimit,
                 progress=lambda n: bar.advance(task, n),
                 on_total=lambda total: bar.update(task, total=total or None),
             )
@@ -101,7 +116,88 @@ def stage(
         + (", verified" if summary.verified else "")
         + (f" ({'; '.join(summary.notes)})" if summary.notes else "")
     )
+    _print_path(summary.path)
+
+
+def _broadcast(
+    src: Path,
+    to: Path,
+    workers: int,
+    verify: bool,
+    checksum: bool,
+    replace: bool,
+    bwlimit: float,
+    bar: Any,
+    task: Any,
+) -> None:
+    """--broadcast: the outcome of every node, one line each on stderr; the staged path on stdout
+    once every node has it; exit 1 naming the nodes that failed."""
+    from dltune import stage_broadcast
+
+    err = bar.console
+    options = stage_broadcast.Options(workers, verify, checksum, replace, bwlimit or None)
+    result = stage_broadcast.broadcast(
+        src,
+        to,
+        options,
+        say=lambda line: err.print(visible(line), markup=False, highlight=False),
+        progress=lambda n: bar.advance(task, n),
+        on_total=lambda total: bar.update(task, total=total or None),
+    )
+    for node in result.nodes:
+        state = "staged" if node.ok else "FAILED"
+        err.print(visible(f"{node.node}: {state}: {node.message}"), markup=False, highlight=False)
+    if result.failed:
+        names = ", ".join(n.node for n in result.failed)
+        err.print(
+            f"dltune stage: {len(result.failed)} node(s) failed: {visible(names)}; run the same command "
+            "again in this job to resume (what is complete is kept)",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(1)
+    _print_path(result.path)
+
+
+def _print_path(path: Path) -> None:
     # The path exactly, as bytes: scripts take it as is (DATA=$(dltune stage ...)).
     sys.stdout.flush()
-    sys.stdout.buffer.write(os.fsencode(summary.path) + b"\n")
+    sys.stdout.buffer.write(os.fsencode(path) + b"\n")
     sys.stdout.buffer.flush()
+
+
+# long: the hidden options of the three node steps
+def stage_node(
+    step: Annotated[str, typer.Argument(help="check, finish or direct")],
+    to: Annotated[Path, typer.Option("--to")],
+    name: Annotated[str, typer.Option("--name")],
+    payload: Annotated[Path | None, typer.Option("--payload")] = None,
+    identity: Annotated[str, typer.Option("--identity")] = "{}",
+    payload_bytes: Annotated[int, typer.Option("--payload-bytes")] = 0,
+    payload_sha256: Annotated[str, typer.Option("--payload-sha256")] = "",
+    source: Annotated[Path | None, typer.Option("--source")] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=256)] = 16,
+    verify: Annotated[bool, typer.Option("--verify")] = False,
+    checksum: Annotated[bool, typer.Option("--checksum")] = False,
+    replace: Annotated[bool, typer.Option("--replace")] = False,
+    bwlimit: Annotated[float, typer.Option("--bwlimit", min=0)] = 0,
+) -> None:
+    """One node's part of `dltune stage --broadcast` (run by srun, one task per node): prints one
+    DLTUNE-NODE line with its outcome. Not for direct use."""
+    import json
+
+    from dltune import stage_broadcast
+
+    options = stage_broadcast.Options(workers, verify, checksum, replace, bwlimit or None)
+    source_identity = json.loads(identity)
+    if step == "check":
+        outcome = stage_broadcast.node_check(to, name, source_identity, payload_bytes)
+    elif step == "finish" and payload is not None:
+        outcome = stage_broadcast.node_finish(payload, to, name, source_identity, options, payload_sha256)
+    elif step == "direct" and source is not None:
+        outcome = stage_broadcast.node_direct(source, to, name, options)
+    else:
+        raise typer.BadParameter(f"unknown step {step!r} or a missing --payload/--source", param_hint="STEP")
+    typer.echo(outcome.line())
+    if not outcome.ok:
+        raise typer.Exit(1)

@@ -4,11 +4,13 @@ so that a missing lab fails instead of skipping."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -641,3 +643,179 @@ def test_health_expectations_go_from_role_variables_to_the_audit(lab: None) -> N
         restored = ansible_playbook("playbooks/dltune.yml", "-i", "inventory", *limit)
         assert restored.returncode == 0, restored.stdout[-3000:]
     assert docker_exec(node, "cat", fragment) == before
+
+
+# --- staging at cluster scale: one read of the shared filesystem per job (dltune stage --broadcast) --
+
+LAB_STATE = Path(os.environ.get("DLTUNE_LAB_STATE", "/var/tmp/dltune-lab"))
+# Under nodes.sh's shared bind mount: appears in every node at /shared/slow.
+SLOW_MOUNT = LAB_STATE / "shared/slow"
+DATASET_FILES = 2000
+
+
+class SlowSource:
+    """tests/lab/slowfs.py over a dataset: 1 ms per lookup, open and readdir, every byte counted."""
+
+    def __init__(self, backing: Path) -> None:
+        self.backing = backing
+
+    def stats(self) -> dict[str, Any]:
+        return json.loads((SLOW_MOUNT / ".slowfs-stats").read_text())
+
+    def bytes_read(self) -> int:
+        return int(self.stats()["bytes_read"])
+
+
+def tree_digest(root: Path) -> str:
+    """What every node's copy must equal: each file's path, size, mtime (ns) and content."""
+    lines = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        st = path.stat()
+        content = hashlib.sha256(path.read_bytes()).hexdigest()
+        lines.append(f"{path.relative_to(root)} {st.st_size} {st.st_mtime_ns} {content}")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+# Each node's copy, digested as tree_digest does, from inside the job: a script on the shared bind
+# mount (/shared/tools in every node), beside the slow source, not on it (its reads are counted).
+NODE_DIGEST = """\
+import hashlib, os, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+lines = []
+for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    st = path.stat()
+    content = hashlib.sha256(path.read_bytes()).hexdigest()
+    lines.append(f"{path.relative_to(root)} {st.st_size} {st.st_mtime_ns} {content}")
+print(os.environ["SLURMD_NODENAME"], root.name, hashlib.sha256("\\n".join(lines).encode()).hexdigest())
+"""
+DIGEST = "python3 /shared/tools/digest.py"
+
+
+@pytest.fixture(scope="module")
+def slow_source(lab: None) -> Any:
+    """A dataset of DATASET_FILES small files, and a tar of it, behind the slow FUSE source mounted
+    into every lab node at /shared/slow."""
+    backing = LAB_STATE / "slow-backing"
+    shutil.rmtree(backing, ignore_errors=True)
+    dataset = backing / "ds"
+    for i in range(DATASET_FILES):
+        path = dataset / f"class{i % 20:02d}" / f"img{i:05d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(1000 + i * 7919 % 7000))
+        os.utime(path, ns=(1_700_000_000_123_456_789 + i, 1_700_000_000_123_456_789 + i))
+    # GNU tar's pax format keeps mtimes to the nanosecond, as the directory has them.
+    subprocess.run(
+        ["tar", "--format=posix", "-cf", str(backing / "ds-packed.tar"), "-C", str(dataset), "."], check=True
+    )
+    SLOW_MOUNT.mkdir(parents=True, exist_ok=True)
+    (LAB_STATE / "shared/tools").mkdir(exist_ok=True)
+    (LAB_STATE / "shared/tools/digest.py").write_text(NODE_DIGEST)
+    server = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "tests/lab/slowfs.py"), str(backing), str(SLOW_MOUNT)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for _ in range(100):
+        if (SLOW_MOUNT / ".slowfs-stats").exists() or server.poll() is not None:
+            break
+        time.sleep(0.1)
+    if server.poll() is not None:
+        pytest.fail(f"slowfs did not mount: {server.stderr.read() if server.stderr else ''}")
+    try:
+        yield SlowSource(backing)
+    finally:
+        subprocess.run(["umount", str(SLOW_MOUNT)], check=False)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def sbatch_as_alice(script: str, timeout: int = 300) -> tuple[subprocess.CompletedProcess[str], str]:
+    """A 3-node batch job as alice, waited for; returns sbatch's result and the job's output."""
+    job_file = f"/home/alice/broadcast-{time.time_ns()}.out"
+    done = subprocess.run(
+        [
+            "docker", "exec", NODES[0], "runuser", "-u", "alice", "--",
+            "sbatch", "--wait", f"--nodes={len(NODES)}", f"--nodelist={','.join(NODES)}",
+            f"--output={job_file}", "--wrap", script,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )  # fmt: skip
+    output = subprocess.run(
+        ["docker", "exec", NODES[0], "cat", job_file], capture_output=True, text=True, check=False
+    ).stdout
+    return done, output
+
+
+def node_digests(output: str) -> dict[tuple[str, str], str]:
+    rows = [line.split() for line in output.splitlines() if line.startswith("dltune-lab-node")]
+    return {(row[0], row[1]): row[2] for row in rows if len(row) == 3}
+
+
+def test_broadcast_reads_the_shared_filesystem_once_for_three_nodes_and_resumes_a_killed_task(
+    slow_source: SlowSource,
+) -> None:
+    """`dltune stage --broadcast` in a 3-node batch job as an ordinary user, from the slow FUSE
+    source: a directory of 2,000 files and a tar of it reach $SLURM_TMPDIR on every node, identical,
+    while the source serves each byte once. The third node's extraction is killed (SIGKILL) part-way:
+    the command fails naming that node, and the rerun in the same job resumes it without reading the
+    source again."""
+    dataset_bytes = sum(p.stat().st_size for p in (slow_source.backing / "ds").rglob("*") if p.is_file())
+    tar_bytes = (slow_source.backing / "ds-packed.tar").stat().st_size
+    # On the third node: kill its extraction once 200 files of it are on disk.
+    killer = subprocess.Popen(
+        [
+            "docker", "exec", NODES[2], "sh", "-c",
+            "end=$(($(date +%s) + 200)); while [ $(date +%s) -lt $end ]; do "
+            "n=$(find /localscratch -path '*/.ds.partial/*' -type f 2>/dev/null | head -200 | wc -l); "
+            "if [ $n -ge 200 ]; then pkill -KILL -f 'stage-node [f]inish' && echo killed; exit 0; fi; done",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    before = slow_source.bytes_read()
+    script = (
+        "dltune stage --broadcast /shared/slow/ds; echo first=$?; "
+        "dltune stage --broadcast /shared/slow/ds 2>&1; echo second=$?; "
+        "dltune stage --broadcast /shared/slow/ds-packed.tar; echo packed=$?; "
+        f"srun --ntasks-per-node=1 {DIGEST} $SLURM_TMPDIR/ds; "
+        f"srun --ntasks-per-node=1 {DIGEST} $SLURM_TMPDIR/ds-packed"
+    )
+    done, output = sbatch_as_alice(script)
+    if killer.poll() is None:
+        killer.kill()
+    killed = killer.communicate(timeout=30)[0]
+    assert done.returncode == 0, (done.stderr, output[-3000:])
+    assert "killed" in killed, f"the third node's extraction finished before it could be killed:\n{output}"
+    assert "first=1" in output and re.search(rf"{NODES[2]}: FAILED", output), output[-3000:]
+    assert "second=0" in output and "packed=0" in output, output[-3000:]
+    resumed = re.search(rf"{NODES[2]}: staged: \d+ files, [\d.]+ MB copied \((\d+) already there\)", output)
+    assert resumed and int(resumed.group(1)) >= 200, output[-3000:]
+    assert re.search(rf"{NODES[1]}: staged: already staged", output), output[-3000:]
+
+    # One dataset's worth of reads from the shared filesystem, for three nodes, a kill and a rerun.
+    assert slow_source.bytes_read() - before == dataset_bytes + tar_bytes, slow_source.stats()
+    digests = node_digests(output)
+    want = tree_digest(slow_source.backing / "ds")
+    for node in NODES:
+        assert digests.get((node, "ds")) == want, (node, output[-3000:])
+        assert digests.get((node, "ds-packed")) == want, (node, output[-3000:])
+
+
+def test_staging_per_node_reads_the_shared_filesystem_once_per_node(slow_source: SlowSource) -> None:
+    """The contrast that lets the broadcast test fail: each node's own `dltune stage` reads it all."""
+    dataset_bytes = sum(p.stat().st_size for p in (slow_source.backing / "ds").rglob("*") if p.is_file())
+    before = slow_source.bytes_read()
+    done, output = sbatch_as_alice(
+        "srun --ntasks-per-node=1 dltune stage /shared/slow/ds; "
+        f"srun --ntasks-per-node=1 {DIGEST} $SLURM_TMPDIR/ds"
+    )
+    assert done.returncode == 0, (done.stderr, output[-3000:])
+    assert slow_source.bytes_read() - before == len(NODES) * dataset_bytes, slow_source.stats()
+    want = tree_digest(slow_source.backing / "ds")
+    assert {node: node_digests(output).get((node, "ds")) for node in NODES} == dict.fromkeys(NODES, want)

@@ -23,6 +23,15 @@ if [ -s "$LAB_STATE/networks" ] && docker info >/dev/null 2>&1; then
 fi
 rm -f "$LAB_STATE/networks"
 
+# The shared bind mount of nodes.sh, and a slow FUSE source a test left mounted under it.
+if [ -s "$LAB_STATE/mounts" ]; then
+  sort -u "$LAB_STATE/mounts" | while read -r mountpoint; do
+    findmnt --list --noheadings --output TARGET | grep "^$mountpoint/" | sort -r | xargs -r -n1 umount -l
+    findmnt --mountpoint "$mountpoint" >/dev/null && umount -l "$mountpoint" && log "unmounted $mountpoint"
+  done
+fi
+rm -f "$LAB_STATE/mounts"
+
 if [ -s "$LAB_STATE/loops" ]; then
   sort -u "$LAB_STATE/loops" | while read -r loop backing; do
     # Detach only if the device still points at the file the lab attached.

@@ -37,6 +37,18 @@ if torch_base=$(lab_torch_python_base); then
   torch_mounts=(--volume "$torch_base:$torch_base:ro" --volume "$(lab_torch_site):$LAB_TORCH_SITE:ro")
 fi
 
+# The lab's "shared filesystem": a host directory every node bind-mounts at /shared with slave
+# propagation, so a filesystem mounted under it later (the slow FUSE source of tests/lab/slowfs.py)
+# appears in every node at once, as an NFS mount would. The host's mounts are private: make this one
+# a shared mount of its own first.
+LAB_SHARED="$LAB_STATE/shared"
+mkdir -p "$LAB_SHARED"
+if ! findmnt --mountpoint "$LAB_SHARED" >/dev/null; then
+  mount --bind "$LAB_SHARED" "$LAB_SHARED"
+  echo "$LAB_SHARED" >> "$LAB_STATE/mounts"
+fi
+mount --make-rshared "$LAB_SHARED"
+
 if ! docker network inspect "$LAB_NETWORK" >/dev/null 2>&1; then
   docker network create --label org.dltune.lab=network "$LAB_NETWORK" >/dev/null
   echo "$LAB_NETWORK" >> "$LAB_STATE/networks"
@@ -49,7 +61,7 @@ for node in $LAB_CONTROLLER $LAB_NODES; do
     continue
   fi
   [ -n "$state" ] && docker rm -f "$node" >/dev/null
-  role=node extra=("${torch_mounts[@]}")
+  role=node extra=("${torch_mounts[@]}" --mount "type=bind,source=$LAB_SHARED,target=/shared,bind-propagation=rslave")
   if [ "$node" = "$LAB_CONTROLLER" ]; then
     role=controller extra=()
   else

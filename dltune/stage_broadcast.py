@@ -1,0 +1,520 @@
+"""`dltune stage --broadcast SRC`: stage a dataset onto every node of a Slurm job while reading the
+shared filesystem once, not once per node. Run once in the batch script (on the job's first node):
+
+1. The first node stages SRC locally (`dltune.stage.stage`: parallel, resumable, verified). A
+   directory is then packed from that local copy into one tar on the same disk (`sbcast` sends a
+   file whose size it knows); an archive or a single file is sent as it is.
+2. One check task per node (`srun --ntasks-per-node=1`) reports what the node already holds and
+   whether it has room for the payload beside the extracted tree (twice the space; on a tmpfs,
+   twice the RAM). A node without room fails the command before anything is sent.
+3. Slurm's `sbcast` sends the payload to every node in a tree (its fan-out, its credentials): no
+   protocol of dltune's own moves the bytes.
+4. One finish task per node extracts (or, for a single file, renames) the payload into
+   `DIR/<name>` with the local stage's lock, preflight, atomic rename, data filter and resume, and
+   records the dataset it came from, so a later `dltune stage SRC` on that node finds it staged.
+
+Each node's outcome is one `DLTUNE-NODE {json}` line on the finish step's stdout; a node that fails,
+or whose task was killed (no line), is named and the command fails. Run the same command again in
+the same allocation: the first node's copy and pack are reused (the shared filesystem is not read
+again), nodes already staged say so, and a node whose extraction was killed resumes over the files
+it completed. Where `sbcast` is missing or fails, every node reads SRC itself (the per-node path),
+and the command says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dltune import stage as local
+from dltune.probes.storage import Space, space_at
+
+NODE_LINE = "DLTUNE-NODE "
+# What one tar member costs beyond its data: a 512-byte header, and a pax header for a long name.
+TAR_BLOCK = 512
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every node's stage is asked for, as on the command line."""
+
+    workers: int = 16
+    verify: bool = False
+    checksum: bool = False
+    replace: bool = False
+    bwlimit: float | None = None
+
+    def stage(self, src: Path, to: Path, **extra: Any) -> local.Summary:
+        """A local stage with these options (and `extra`: name, identity, progress, bwlimit)."""
+        extra.setdefault("bwlimit", self.bwlimit)
+        return local.stage(
+            src,
+            to,
+            workers=self.workers,
+            verify=self.verify,
+            checksum=self.checksum,
+            replace=self.replace,
+            **extra,
+        )
+
+    def argv(self) -> list[str]:
+        args = ["--workers", str(self.workers)]
+        args += ["--verify"] * self.verify + ["--checksum"] * self.checksum + ["--replace"] * self.replace
+        return args + (["--bwlimit", str(self.bwlimit)] if self.bwlimit else [])
+
+
+@dataclass
+class NodeOutcome:
+    node: str
+    ok: bool
+    message: str
+    files: int = 0
+    copied: int = 0
+    skipped: int = 0
+
+    def line(self) -> str:
+        return NODE_LINE + json.dumps(self.__dict__, sort_keys=True)
+
+
+@dataclass
+class Broadcast:
+    path: Path
+    nodes: list[NodeOutcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[NodeOutcome]:
+        return [n for n in self.nodes if not n.ok]
+
+
+# --- where things go -----------------------------------------------------------------------------
+
+
+def payload_suffix(src: Path) -> str:
+    """The delivered payload keeps an archive's suffix (its decompressor is chosen by it)."""
+    if src.is_dir():
+        return ".tar"
+    return next((s for s in local.ARCHIVE_SUFFIXES if src.name.endswith(s)), "")
+
+
+def delivered_path(to: Path, name: str, suffix: str) -> Path:
+    """Where sbcast puts the payload on every node: beside the dataset, hidden, never inside it."""
+    return to / f".{name}.dltune-broadcast{suffix}"
+
+
+def pack_path(to: Path, name: str) -> Path:
+    """The first node's tar of its staged directory: not the delivered path, which sbcast writes on
+    the first node too (sending a file onto itself would truncate what it reads)."""
+    return to / f".{name}.dltune-pack.tar"
+
+
+def pack_record_path(to: Path, name: str) -> Path:
+    return to / f".{name}.dltune-pack.json"
+
+
+def packed_size(entries: Sequence[local.Entry]) -> int:
+    """An upper bound of the tar `pack_tree` writes: headers per member, the data padded to 512
+    bytes, the end-of-archive blocks and the last record's padding."""
+    total = 2 * TAR_BLOCK + tarfile.RECORDSIZE
+    for entry in entries:
+        # the member's header, and a pax header (its own header and its records: the exact mtime,
+        # and the path when it is long)
+        total += TAR_BLOCK * (3 + (len(entry.relative) + 100) // TAR_BLOCK)
+        if entry.kind == "file":
+            total += local.allocated(entry.size, TAR_BLOCK)
+    return total
+
+
+# --- the first node --------------------------------------------------------------------------------
+
+
+def pack_tree(tree: Path, entries: Sequence[local.Entry], archive: Path) -> int:
+    """Pack the staged `tree` (local disk: read fast, and not the shared source) into `archive`,
+    written as `.partial` and renamed when complete; returns its size."""
+    partial = archive.with_name(archive.name + ".partial")
+    with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
+        for entry in sorted(entries, key=lambda e: e.relative):
+            path = tree / entry.relative
+            info = tar.gettarinfo(path, arcname=entry.relative)
+            # The mtime to the nanosecond, as a pax record (tarfile's own goes through a float):
+            # every node's copy must equal the first node's, and a resume compares mtimes exactly.
+            mtime_ns = path.lstat().st_mtime_ns
+            info.mtime = mtime_ns // 10**9
+            info.pax_headers = {"mtime": f"{mtime_ns // 10**9}.{mtime_ns % 10**9:09d}"}
+            if info.isfile():
+                with path.open("rb") as data:
+                    tar.addfile(info, data)
+            else:
+                tar.addfile(info)
+    os.replace(partial, archive)
+    return archive.stat().st_size
+
+
+def _reusable_pack(to: Path, name: str, identity: dict[str, Any]) -> int | None:
+    """The size of the first node's pack when a killed or failed run left it complete for this
+    source as it is now (a rerun then reads nothing from the shared filesystem)."""
+    try:
+        record = json.loads(pack_record_path(to, name).read_text(encoding="utf-8"))
+        size = pack_path(to, name).stat().st_size
+    except (OSError, ValueError):
+        return None
+    fits = isinstance(record, dict) and record.get("identity") == identity and record.get("bytes") == size
+    return size if fits else None
+
+
+def _pack_digest(to: Path, name: str) -> str:
+    """The pack's SHA-256, kept in its record (a rerun does not hash it again): with --checksum,
+    each node compares the copy sbcast delivered with it before extracting."""
+    record_file = pack_record_path(to, name)
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    if not record.get("sha256"):
+        record["sha256"] = local._sha256(pack_path(to, name))
+        record_file.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return str(record["sha256"])
+
+
+def _recorded_identity(to: Path, name: str) -> dict[str, Any] | None:
+    """The source as the first node's stage recorded it a moment ago (no second scan of it)."""
+    record = local._read_record(local.record_path(to, name))
+    if record is None or not record.get("complete"):
+        return None
+    return {key: value for key, value in record.items() if key != "complete"}
+
+
+def _drop_pack(to: Path, name: str) -> None:
+    for path in (pack_path(to, name), pack_record_path(to, name)):
+        path.unlink(missing_ok=True)
+
+
+# --- Slurm ---------------------------------------------------------------------------------------
+
+
+def allocation_nodes(env: dict[str, str], run: Run) -> list[str]:
+    """The job's node names, in Slurm's order; [] when they cannot be listed."""
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    if not nodelist or not shutil.which("scontrol"):
+        return []
+    done = run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=False)
+    return done.stdout.split() if done.returncode == 0 else []
+
+
+def node_count(env: dict[str, str]) -> int:
+    for key in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        value = env.get(key, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def srun_argv(count: int, node_argv: list[str]) -> list[str]:
+    """One task on each node of the job, none killed when another fails (each reports its own)."""
+    return [
+        "srun",
+        f"--nodes={count}",
+        f"--ntasks={count}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+        *node_argv,
+    ]
+
+
+def dltune_argv(*args: str) -> list[str]:
+    """This dltune, as every node runs it (the same install path on each, as the role puts it)."""
+    return [sys.executable, "-m", "dltune.cli", *args]
+
+
+def parse_node_lines(stdout: str) -> list[NodeOutcome]:
+    outcomes = []
+    for line in stdout.splitlines():
+        if line.startswith(NODE_LINE):
+            try:
+                data = json.loads(line[len(NODE_LINE) :])
+                outcomes.append(NodeOutcome(**data))
+            except (ValueError, TypeError):
+                continue
+    return outcomes
+
+
+def _step(run: Run, count: int, node_argv: list[str], expected: list[str]) -> list[NodeOutcome]:
+    """Run a node step and return every node's outcome; nodes that gave none are failed by name."""
+    done = run(srun_argv(count, node_argv), stdout=subprocess.PIPE, text=True, check=False)
+    outcomes = parse_node_lines(done.stdout or "")
+    seen = {o.node for o in outcomes}
+    silent = [n for n in expected if n not in seen]
+    for node in silent:
+        outcomes.append(NodeOutcome(node, False, f"no answer (srun exit {done.returncode}): task killed?"))
+    if not expected and len(outcomes) < count:
+        outcomes.append(
+            NodeOutcome(f"{count - len(outcomes)} node(s)", False, f"no answer (srun exit {done.returncode})")
+        )
+    return sorted(outcomes, key=lambda o: o.node)
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What sbcast sends: the first node's pack of a directory, or the archive or file itself."""
+
+    path: Path
+    size: int
+    identity: dict[str, Any]
+    sha256: str = ""
+
+
+# long: the phases in order, each refusing with the node named before the next starts
+def broadcast(
+    src: Path,
+    to: Path,
+    options: Options,
+    *,
+    env: dict[str, str] | None = None,
+    run: Run = subprocess.run,
+    say: Say = lambda _line: None,
+    progress: Callable[[int], Any] | None = None,
+    on_total: Callable[[int], Any] | None = None,
+) -> Broadcast:
+    env = dict(os.environ) if env is None else env
+    if not env.get("SLURM_JOB_ID"):
+        raise local.StageError(
+            "--broadcast runs inside a Slurm job (no SLURM_JOB_ID here): put it in the batch script, "
+            "or stage on this node with `dltune stage SRC`"
+        )
+    if not src.exists():
+        raise local.StageError(f"{src} does not exist")
+    count = node_count(env)
+    name = local.staged_name(src)
+    result = Broadcast(to / name)
+
+    def stage_here() -> local.Summary:
+        return options.stage(src, to, progress=progress, on_total=on_total)
+
+    if count <= 1:
+        result.notes.append("one node in this job: staged here, nothing to broadcast")
+        result.nodes.append(_outcome(env, stage_here()))
+        return result
+    names = allocation_nodes(env, run)
+    why_not = None if shutil.which("sbcast") and shutil.which("srun") else "sbcast or srun is not on PATH"
+    if why_not is None:
+        payload = _prepare(src, to, name, options, stage_here, say, env)
+        delivered = delivered_path(to, name, payload_suffix(src))
+        node_args = ["--payload", str(delivered), "--identity", json.dumps(payload.identity, sort_keys=True)]
+        node_args += ["--name", name, "--to", str(to)]
+        node_args += ["--payload-sha256", payload.sha256] if payload.sha256 else []
+        check = dltune_argv("stage-node", "check", *node_args, "--payload-bytes", str(payload.size))
+        checked = _step(run, count, check, names)
+        if any(not o.ok for o in checked):
+            result.nodes = [o for o in checked if not o.ok]
+            return result
+        if all(o.message == "staged" for o in checked):
+            result.notes.append("every node already holds it")
+        else:
+            why_not = _send(run, payload, delivered)
+            if why_not is None:
+                say(f"sbcast: {payload.size / 1e6:.1f} MB to {count} nodes")
+        if why_not is None:
+            finish = dltune_argv("stage-node", "finish", *node_args, *options.argv())
+            result.nodes = _step(run, count, finish, names)
+            if not result.failed and src.is_dir():
+                _drop_pack(to, name)
+            return result
+
+    result.notes.append(f"{why_not}: every node reads {src} from the shared filesystem itself")
+    say(result.notes[-1])
+    direct = ["--name", name, "--to", str(to), "--source", str(src), *options.argv()]
+    result.nodes = _step(run, count, dltune_argv("stage-node", "direct", *direct), names)
+    return result
+
+
+def _prepare(
+    src: Path,
+    to: Path,
+    name: str,
+    options: Options,
+    stage_here: Callable[[], local.Summary],
+    say: Say,
+    env: dict[str, str],
+) -> Payload:
+    """A directory: staged here (the one read of the shared filesystem), then packed from the local
+    copy, or the pack a previous run left reused. An archive or a file: sent as it is."""
+    if not src.is_dir():
+        kind = "archive" if local.is_archive(src) else "file"
+        return Payload(src, src.stat().st_size, local.describe_source(src, kind, None))
+    first = stage_here()
+    say(f"{_here(env)}: {_describe(first)}")
+    identity = _recorded_identity(to, name) or local.describe_source(src, "dir", None)
+    size = _reusable_pack(to, name, identity)
+    if size is None:
+        entries = local.scan_tree(first.path, options.workers)
+        _check_pack_room(to, entries)
+        size = pack_tree(first.path, entries, pack_path(to, name))
+        record = {"identity": identity, "bytes": size}
+        pack_record_path(to, name).write_text(json.dumps(record) + "\n", encoding="utf-8")
+    else:
+        say(f"{_here(env)}: reusing the pack of {name} left by the previous run")
+    digest = _pack_digest(to, name) if options.checksum else ""
+    return Payload(pack_path(to, name), size, identity, digest)
+
+
+def _send(run: Run, payload: Payload, delivered: Path) -> str | None:
+    """sbcast the payload to every node of the job (--preserve: mode and mtime); why not, if it failed."""
+    sent = run(
+        ["sbcast", "--force", "--preserve", str(payload.path), str(delivered)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    if sent.returncode == 0:
+        return None
+    return f"sbcast failed: {(sent.stdout or '').strip()[-500:]}"
+
+
+def _check_pack_room(to: Path, entries: Sequence[local.Entry]) -> None:
+    """The first node holds its tree and needs room for two archives more: its pack, and the copy
+    sbcast writes on every node, this one included."""
+    size = packed_size(entries)
+    here = space_at(to)
+    try:
+        local.preflight(
+            [local.Entry("pack", "file", size), local.Entry("sent", "file", size)], 0, 0, here, to
+        )
+    except local.StageError as exc:
+        raise local.StageError(f"{_here({})}: no room to pack the dataset for sbcast: {exc}") from exc
+
+
+def _here(env: dict[str, str]) -> str:
+    return env.get("SLURMD_NODENAME") or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def _describe(summary: local.Summary) -> str:
+    if "already staged" in summary.notes:
+        return "; ".join(summary.notes)
+    notes = f" ({'; '.join(summary.notes)})" if summary.notes else ""
+    return (
+        f"{summary.files} files, {summary.bytes / 1e6:.1f} MB copied ({summary.skipped} already there) "
+        f"in {summary.seconds:.1f}s{notes}"
+    )
+
+
+def _outcome(env: dict[str, str], summary: local.Summary) -> NodeOutcome:
+    return NodeOutcome(
+        _here(env),
+        True,
+        _describe(summary),
+        files=summary.files,
+        copied=summary.bytes,
+        skipped=summary.skipped,
+    )
+
+
+# --- the node steps ------------------------------------------------------------------------------
+
+
+def node_check(
+    to: Path,
+    name: str,
+    identity: dict[str, Any],
+    payload_bytes: int,
+    space: Callable[[Path], Space] = space_at,
+) -> NodeOutcome:
+    """Is the dataset already staged here; if not, is there room for the payload and the tree?"""
+    here = _here({})
+    if not to.is_dir() or not os.access(to, os.W_OK | os.X_OK):
+        return NodeOutcome(here, False, f"{to} is not a writable directory on this node (--to)")
+    record = local._read_record(local.record_path(to, name))
+    if (to / name).is_dir() and record is not None and local._same_source(record, identity) is None:
+        return NodeOutcome(here, True, "staged")
+    tree = max(int(identity.get("bytes", 0)), payload_bytes)
+    try:
+        local.preflight(
+            [local.Entry("payload", "file", payload_bytes), local.Entry("tree", "file", tree)],
+            0,
+            0,
+            space(to),
+            to,
+        )
+    except local.StageError as exc:
+        return NodeOutcome(here, False, f"no room for the payload beside the dataset: {exc}")
+    return NodeOutcome(here, True, "ready")
+
+
+def node_finish(
+    payload: Path,
+    to: Path,
+    name: str,
+    identity: dict[str, Any],
+    options: Options,
+    payload_sha256: str = "",
+) -> NodeOutcome:
+    """Stage the delivered payload into `to`/`name` as a local stage would, then remove it."""
+    here = _here({})
+    dest = to / name
+    try:
+        if not payload.exists():
+            record = local._read_record(local.record_path(to, name))
+            if dest.exists() and record is not None and local._same_source(record, identity) is None:
+                return NodeOutcome(here, True, "already staged", files=int(identity.get("files", 0)))
+            return NodeOutcome(here, False, f"{payload} did not arrive (sbcast)")
+        if payload_sha256 and not dest.exists() and local._sha256(payload) != payload_sha256:
+            return NodeOutcome(
+                here, False, f"{payload} differs from the first node's pack (SHA-256): rerun to resend"
+            )
+        if identity.get("kind") == "file":
+            summary = _finish_file(payload, to, name, identity, options)
+        else:
+            # The payload is on local disk: --bwlimit is for the shared filesystem, not this read.
+            summary = options.stage(payload, to, name=name, identity=identity, bwlimit=None)
+    except local.StageError as exc:
+        return NodeOutcome(here, False, str(exc))
+    payload.unlink(missing_ok=True)
+    return _outcome({}, summary)
+
+
+def _finish_file(
+    payload: Path, to: Path, name: str, identity: dict[str, Any], options: Options
+) -> local.Summary:
+    """A single file arrives whole (sbcast --preserve keeps its mode and mtime): checked against the
+    source's size, then renamed into place; no second local copy."""
+    dest = to / name
+    record_file = local.record_path(to, name)
+    with local.destination_lock(to, name):
+        record = local._read_record(record_file)
+        if dest.exists():
+            mismatch = local._same_source(record, identity) if record is not None else "has no record"
+            if mismatch is None:
+                return local.Summary(dest, notes=["already staged"])
+            if not options.replace:
+                raise local.StageError(f"{dest} {mismatch}: give --replace to stage it in its place")
+            local._remove(dest)
+        size = payload.stat().st_size
+        if size != identity.get("bytes"):
+            raise local.StageError(
+                f"{payload}: {size} bytes arrived, the source has {identity.get('bytes')}; rerun to resend"
+            )
+        local._write_record(record_file, {**identity, "complete": False})
+        os.replace(payload, dest)
+        local._write_record(record_file, {**identity, "complete": True})
+    return local.Summary(dest, files=1, bytes=size, verified=options.verify)
+
+
+def node_direct(src: Path, to: Path, name: str, options: Options) -> NodeOutcome:
+    """The per-node fallback: this node reads the source itself."""
+    try:
+        summary = options.stage(src, to, name=name)
+    except local.StageError as exc:
+        return NodeOutcome(_here({}), False, str(exc))
+    return _outcome({}, summary)

@@ -1,0 +1,202 @@
+"""The node side of `dltune stage --broadcast`, `--bwlimit`'s throttle and the parallel scan, on real
+local filesystems (tmp_path). Slurm itself (srun, sbcast) runs in the lab test
+(tests/integration/test_site_lab.py::test_broadcast_*), not here: nothing of it is faked."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dltune import stage, stage_broadcast
+from dltune.cli import app
+from dltune.stage import Space, StageError
+from tests.unit.test_stage import make_dataset, tree_state
+
+runner = CliRunner()
+
+
+def staged_on_first_node(tmp_path: Path) -> tuple[Path, Path, dict[str, object]]:
+    """A dataset on the "shared filesystem" staged on the first node, and its recorded identity."""
+    src = make_dataset(tmp_path / "shared")
+    first = tmp_path / "node1"
+    first.mkdir()
+    stage.stage(src, first, workers=4)
+    record = json.loads(stage.record_path(first, src.name).read_text())
+    identity = {k: v for k, v in record.items() if k != "complete"}
+    return src, first, identity
+
+
+def test_a_node_extracts_the_first_nodes_pack_into_the_same_tree_and_records_the_source(
+    tmp_path: Path,
+) -> None:
+    src, first, identity = staged_on_first_node(tmp_path)
+    entries = stage.scan_tree(first / src.name)
+    pack = stage_broadcast.pack_path(first, src.name)
+    size = stage_broadcast.pack_tree(first / src.name, entries, pack)
+    assert size <= stage_broadcast.packed_size(entries)
+    other = tmp_path / "node2"
+    other.mkdir()
+    delivered = stage_broadcast.delivered_path(other, src.name, ".tar")
+    delivered.write_bytes(pack.read_bytes())
+
+    outcome = stage_broadcast.node_finish(
+        delivered, other, src.name, identity, stage_broadcast.Options(workers=4, verify=True)
+    )
+    assert outcome.ok, outcome.message
+    assert tree_state(other / src.name) == tree_state(first / src.name) == tree_state(src)
+    assert not delivered.exists(), "the payload is removed once the dataset is in place"
+    # A later per-node `dltune stage SRC` on that node finds it staged from that source.
+    again = stage.stage(src, other)
+    assert again.notes == ["already staged"]
+
+
+def test_a_killed_extraction_resumes_over_the_files_it_completed(tmp_path: Path) -> None:
+    """The first try sees the payload end half-way (as when its task is killed mid-stream): it fails,
+    keeping the files it completed; the rerun skips exactly those."""
+    src, first, identity = staged_on_first_node(tmp_path)
+    entries = stage.scan_tree(first / src.name)
+    pack = stage_broadcast.pack_path(first, src.name)
+    size = stage_broadcast.pack_tree(first / src.name, entries, pack)
+    other = tmp_path / "node2"
+    other.mkdir()
+    delivered = stage_broadcast.delivered_path(other, src.name, ".tar")
+    delivered.write_bytes(pack.read_bytes()[: size * 9 // 10])
+    cut = stage_broadcast.node_finish(delivered, other, src.name, identity, stage_broadcast.Options())
+    assert not cut.ok and "not a complete, readable archive" in cut.message
+    partial = other / f".{src.name}.partial"
+    completed = [p for p in partial.rglob("*") if p.is_file() and not p.name.endswith(".dltune-tmp")]
+    assert completed
+
+    delivered.write_bytes(pack.read_bytes())
+    outcome = stage_broadcast.node_finish(delivered, other, src.name, identity, stage_broadcast.Options())
+    assert outcome.ok and outcome.skipped == len(completed), outcome
+    assert tree_state(other / src.name) == tree_state(src)
+
+
+def test_a_corrupt_delivery_is_refused_before_it_is_extracted(tmp_path: Path) -> None:
+    src, first, identity = staged_on_first_node(tmp_path)
+    pack = stage_broadcast.pack_path(first, src.name)
+    stage_broadcast.pack_tree(first / src.name, stage.scan_tree(first / src.name), pack)
+    other = tmp_path / "node2"
+    other.mkdir()
+    delivered = stage_broadcast.delivered_path(other, src.name, ".tar")
+    data = bytearray(pack.read_bytes())
+    data[5000] ^= 0xFF
+    delivered.write_bytes(bytes(data))
+    outcome = stage_broadcast.node_finish(
+        delivered, other, src.name, identity, stage_broadcast.Options(checksum=True), stage._sha256(pack)
+    )
+    assert not outcome.ok and "differs from the first node's pack" in outcome.message
+    assert not (other / src.name).exists() and not (other / f".{src.name}.partial").exists()
+
+
+def test_a_single_file_arrives_whole_and_is_renamed_into_place(tmp_path: Path) -> None:
+    src = tmp_path / "shared/train.h5"
+    src.parent.mkdir()
+    src.write_bytes(os.urandom(100_000))
+    identity = stage.describe_source(src, "file", None)
+    node = tmp_path / "node2"
+    node.mkdir()
+    delivered = stage_broadcast.delivered_path(node, "train.h5", "")
+    delivered.write_bytes(src.read_bytes()[:-1])  # a short delivery: refused, kept out of place
+    short = stage_broadcast.node_finish(delivered, node, "train.h5", identity, stage_broadcast.Options())
+    assert not short.ok and "99999 bytes arrived" in short.message and not (node / "train.h5").exists()
+    delivered.write_bytes(src.read_bytes())
+    whole = stage_broadcast.node_finish(delivered, node, "train.h5", identity, stage_broadcast.Options())
+    assert whole.ok and (node / "train.h5").read_bytes() == src.read_bytes()
+    assert stage.stage(src, node).notes == ["already staged"]
+
+
+def test_the_check_step_says_staged_ready_or_names_what_is_missing(tmp_path: Path) -> None:
+    src, first, identity = staged_on_first_node(tmp_path)
+    assert stage_broadcast.node_check(first, src.name, identity, 10_000).message == "staged"
+    empty = tmp_path / "node2"
+    empty.mkdir()
+    assert stage_broadcast.node_check(empty, src.name, identity, 10_000).message == "ready"
+
+    def full(path: Path) -> Space:
+        return Space(free_bytes=1_000_000, free_inodes=1000, block_size=4096, fstype="ext4")
+
+    refused = stage_broadcast.node_check(empty, src.name, identity, 10_000_000, space=full)
+    assert not refused.ok and "no room for the payload" in refused.message
+    missing = stage_broadcast.node_check(tmp_path / "absent", src.name, identity, 1)
+    assert not missing.ok and "not a writable directory" in missing.message
+
+
+def test_node_lines_round_trip_and_garbage_is_ignored() -> None:
+    ok = stage_broadcast.NodeOutcome("node2", True, "staged", files=3)
+    stdout = f"noise\n{ok.line()}\nDLTUNE-NODE {{not json\n"
+    assert stage_broadcast.parse_node_lines(stdout) == [ok]
+
+
+def test_broadcast_outside_a_slurm_job_is_refused_naming_the_option(tmp_path: Path) -> None:
+    src = make_dataset(tmp_path / "shared", files=3)
+    (tmp_path / "local").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    result = runner.invoke(app, ["stage", str(src), "--to", str(tmp_path / "local"), "--broadcast"], env=env)
+    assert result.exit_code == 1
+    assert "--broadcast runs inside a Slurm job" in result.output
+    assert list((tmp_path / "local").iterdir()) == []
+
+
+def test_a_one_node_job_stages_locally_and_says_there_was_nothing_to_broadcast(tmp_path: Path) -> None:
+    src = make_dataset(tmp_path / "shared", files=5)
+    (tmp_path / "local").mkdir()
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "SLURMD_NODENAME": "n1"}
+    result = stage_broadcast.broadcast(src, tmp_path / "local", stage_broadcast.Options(), env=env)
+    assert not result.failed and result.notes == ["one node in this job: staged here, nothing to broadcast"]
+    assert tree_state(tmp_path / "local" / src.name) == tree_state(src)
+
+
+def test_bwlimit_sleeps_the_readers_down_to_the_rate_over_every_thread() -> None:
+    """A fake clock: the throttle's arithmetic, not this machine's timing."""
+    now = [100.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    throttle = stage.Throttle(10, clock=lambda: now[0], sleep=sleep)  # 10 MB/s
+    throttle(5_000_000)
+    throttle(5_000_000)  # two threads, 10 MB at once: the second waits a second's worth
+    assert slept == pytest.approx([0.5, 1.0])
+    now[0] += 5.0  # idle: no debt is carried into the future
+    throttle(1_000_000)
+    assert slept[-1] == pytest.approx(0.1)
+    assert stage.Throttle(10).chunk == 1 << 20 and stage.Throttle(None).chunk == 64 << 20
+    unlimited = stage.Throttle(0, sleep=sleep)
+    unlimited(10**12)
+    assert len(slept) == 3
+
+
+def test_a_negative_bwlimit_is_refused_before_anything_is_copied(tmp_path: Path) -> None:
+    src = make_dataset(tmp_path / "shared", files=3)
+    (tmp_path / "local").mkdir()
+    with pytest.raises(StageError, match="--bwlimit"):
+        stage.stage(src, tmp_path / "local", bwlimit=-1)
+    assert list((tmp_path / "local").iterdir()) == []
+    result = runner.invoke(app, ["stage", str(src), "--to", str(tmp_path / "local"), "--bwlimit", "-5"])
+    assert result.exit_code == 2 and "--bwlimit" in result.output
+
+
+def test_a_limited_stage_still_copies_everything_verified(tmp_path: Path) -> None:
+    src = make_dataset(tmp_path / "shared", files=20)
+    (tmp_path / "local").mkdir()
+    summary = stage.stage(src, tmp_path / "local", bwlimit=1000, verify=True, checksum=True)
+    assert summary.verified and tree_state(summary.path) == tree_state(src)
+
+
+def test_the_parallel_scan_lists_every_entry_once_sorted(tmp_path: Path) -> None:
+    src = make_dataset(tmp_path / "shared")
+    os.mkfifo(src / "a-fifo")
+    entries = stage.scan_tree(src, workers=8)
+    relatives = [e.relative for e in entries]
+    walked = sorted(
+        os.path.relpath(os.path.join(d, n), src) for d, dirs, files in os.walk(src) for n in dirs + files
+    )
+    assert relatives == sorted(relatives) == [r for r in walked if r != "a-fifo"]
+    assert stage.scan_tree(src, workers=1) == entries
