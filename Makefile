@@ -93,7 +93,9 @@ bench: lab
 	$(PY) benchmarks/audit_speed.py --fabric
 	$(PY) benchmarks/noatime.py
 	$(PY) benchmarks/nfs_audit.py
+	@command -v rsync >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync >/dev/null
 	$(PY) benchmarks/stage.py
+	$(PY) benchmarks/stage_broadcast.py
 	$(PY) benchmarks/bench_quick.py
 	$(PY) benchmarks/playbook.py
 

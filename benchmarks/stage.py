@@ -6,15 +6,23 @@ image crops) and --large files of --large-mb MiB. Each round runs every method o
 interleaved in a rotating order so machine noise hits all alike, each from a cold cache (sync +
 drop_caches), into an empty destination:
     dltune stage (parallel workers), cp -r, tar -c | tar -x, rsync -a (when installed).
-The device's read limit is `dd` of one large file, cold, in the same round.
-Prints medians, each method's speed-up over cp -r, and the fraction of the read limit reached on the
-large files. Goal of the issue: >= 2x cp -r on the small files, >= 0.8x the read limit on the large.
-Needs root (loop devices, drop_caches).
+Two limits are measured in the same round, cold: the source's read limit (`dd` of one large file to
+/dev/null) and the copy ceiling (`dd` of it onto the destination disk with direct I/O on both
+sides: what a copy between these two filesystems on one disk can reach).
+
+Then the slow source: the same small files behind tests/lab/slowfs.py (FUSE, about 1 ms per lookup,
+open and readdir, as NFS one switch away; direct I/O), each method once per --slow-rounds. Local
+disks answer a metadata operation in microseconds; this is where parallel opens pay.
+
+Prints medians, each method's speed-up over cp -r, and the fractions of the read limit and of the
+copy ceiling reached on the large files. Goals: >= 2x cp -r on the slow source's small files, >= 0.8
+of the copy ceiling on the large. Needs root (loop devices, drop_caches, FUSE).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -104,6 +112,44 @@ def read_limit_mb_s(path: Path) -> float:
     return path.stat().st_size / 1e6 / (time.perf_counter() - start)
 
 
+def copy_ceiling_mb_s(path: Path, dst: Path) -> float:
+    """dd from the source disk onto the destination disk, direct I/O both sides, until on disk."""
+    target = dst / "ceiling.bin"
+    drop_caches()
+    start = time.perf_counter()
+    run("dd", f"if={path}", f"of={target}", "bs=4M", "iflag=direct", "oflag=direct")
+    os.sync()
+    seconds = time.perf_counter() - start
+    target.unlink()
+    return path.stat().st_size / 1e6 / seconds
+
+
+class SlowSource:
+    """tests/lab/slowfs.py over `backing`, mounted at `mountpoint` for the block's duration."""
+
+    def __init__(self, backing: Path, mountpoint: Path) -> None:
+        self.backing, self.mountpoint = backing, mountpoint
+        self.server: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> SlowSource:
+        self.mountpoint.mkdir(exist_ok=True)
+        slowfs = Path(__file__).resolve().parent.parent / "tests/lab/slowfs.py"
+        self.server = subprocess.Popen([sys.executable, str(slowfs), str(self.backing), str(self.mountpoint)])
+        for _ in range(100):
+            if (self.mountpoint / ".slowfs-stats").exists():
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("slowfs did not mount (libfuse installed? root?)")
+
+    def stats(self) -> dict[str, object]:
+        return dict(json.loads((self.mountpoint / ".slowfs-stats").read_text()))
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["umount", str(self.mountpoint)], check=False)
+        if self.server:
+            self.server.wait(timeout=30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -112,6 +158,7 @@ def main() -> int:
     parser.add_argument("--large", type=int, default=3)
     parser.add_argument("--large-mb", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--slow-rounds", type=int, default=1, help="0: leave the slow source out")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root: loop devices and /proc/sys/vm/drop_caches", file=sys.stderr)
@@ -140,26 +187,44 @@ def main() -> int:
             (m, part): [] for m in methods for part in ("small", "large")
         }
         limits: list[float] = []
+        ceilings: list[float] = []
+        slow: dict[str, list[float]] = {m: [] for m in methods}
         names = list(methods)
         with Progress(console=console) as progress:
-            task = progress.add_task("rounds", total=args.rounds * (len(names) * 2 + 1))
+            task = progress.add_task("rounds", total=args.rounds * (len(names) * 2 + 2))
             for round_index in range(args.rounds):
                 limits.append(read_limit_mb_s(src / "large/shard0.bin"))
-                progress.advance(task)
+                ceilings.append(copy_ceiling_mb_s(src / "large/shard0.bin", dst))
+                progress.advance(task, 2)
                 order = names[round_index % len(names) :] + names[: round_index % len(names)]
                 for name in order:
                     for part in ("small", "large"):
                         samples[(name, part)].append(timed(methods[name], src / part, dst))
                         progress.advance(task)
-        limit = statistics.median(limits)
-        table = Table(title=f"median of {args.rounds} cold-cache rounds; read limit (dd) {limit:.0f} MB/s")
-        for column in ("method", "small s", "x cp -r", "large s", "large MB/s", "of read limit"):
+            if args.slow_rounds:
+                with SlowSource(src, work / "slow") as source:
+                    slow_task = progress.add_task("slow source", total=args.slow_rounds * len(names))
+                    for round_index in range(args.slow_rounds):
+                        order = names[round_index % len(names) :] + names[: round_index % len(names)]
+                        for name in order:
+                            slow[name].append(timed(methods[name], work / "slow/small", dst))
+                            progress.advance(slow_task)
+                    console.print(f"slow source served: {source.stats()}")
+        limit, ceiling = statistics.median(limits), statistics.median(ceilings)
+        table = Table(
+            title=f"median of {args.rounds} cold-cache rounds; read limit (dd) {limit:.0f} MB/s, "
+            f"copy ceiling (dd, direct I/O) {ceiling:.0f} MB/s; slow source: {args.slow_rounds} round(s)"
+        )
+        columns = ("method", "small s", "x cp -r", "large s", "large MB/s", "of read limit", "of ceiling")
+        for column in (*columns, "slow small s", "x cp -r"):
             table.add_column(column)
         cp_small = statistics.median(samples[("cp -r", "small")])
+        cp_slow = statistics.median(slow["cp -r"]) if args.slow_rounds else 0.0
         for name in names:
             small_s = statistics.median(samples[(name, "small")])
             large_s = statistics.median(samples[(name, "large")])
             rate = large_bytes / 1e6 / large_s
+            slow_s = statistics.median(slow[name]) if args.slow_rounds else 0.0
             table.add_row(
                 name,
                 f"{small_s:.2f}",
@@ -167,11 +232,14 @@ def main() -> int:
                 f"{large_s:.2f}",
                 f"{rate:.0f}",
                 f"{rate / limit:.2f}",
+                f"{rate / ceiling:.2f}",
+                f"{slow_s:.1f}" if slow_s else "-",
+                f"{cp_slow / slow_s:.2f}" if slow_s else "-",
             )
-        Console().print(table)
+        Console(width=160).print(table)
         return 0
     finally:
-        for mnt in (work / "shared", work / "local"):
+        for mnt in (work / "slow", work / "shared", work / "local"):
             subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
         for loop in loops:
             subprocess.run(["losetup", "--detach", loop], check=False)

@@ -3,10 +3,14 @@ an LMDB or a WebDataset shard) onto node-local scratch, fast, verified, resumabl
 
 - Into ``DIR/.<name>.partial``, renamed to ``DIR/<name>`` only when complete (and verified when asked):
   a path without the dot is always complete.
-- Each file is written under a temporary name (``.<file>.dltune-tmp``) and renamed over its final name
-  once its content, mode and mtime are in place: a half-written file never looks complete, and a
-  staged file's permissions (0444) never block a resume.
+- A file is complete only when its size and mtime equal the source's, and its mtime is set last. In
+  a partial tree this run created, files are written under their own names; on a resume, each is
+  written under a temporary name (``.<file>.dltune-tmp``) and renamed over its final name, so a
+  staged file's permissions (0444) never block it.
 - Resumable: a rerun after a kill keeps the files already complete (same size and mtime).
+- Fast: parallel streams (LOCAL_WORKERS from a local disk, NETWORK_WORKERS from anything else, where
+  each open and stat is a round trip), small files in the source's inode order, large files in
+  direct-I/O chunks several at a time; ``bwlimit`` (MB/s) caps what the process reads.
 - A source file that changes while it is copied (size or mtime before and after) is copied again, and
   after three tries refused; it is never stamped complete.
 - A record beside the dataset, ``DIR/.<name>.dltune-source.json`` (never inside it, where a data
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import dataclasses
 import decimal
 import errno
 import fcntl
@@ -36,6 +41,7 @@ import gzip
 import hashlib
 import json
 import lzma
+import mmap
 import os
 import shutil
 import stat
@@ -72,6 +78,7 @@ class Entry:
     mtime_ns: int = 0
     mode: int = 0o644
     target: str = ""
+    inode: int = field(default=0, compare=False)  # the source's: small files are read in this order
 
 
 @dataclass
@@ -136,6 +143,28 @@ def is_archive(src: Path) -> bool:
     return src.is_file() and src.name.endswith(ARCHIVE_SUFFIXES)
 
 
+# Local block filesystems answer a stat or an open in microseconds: more threads than LOCAL_WORKERS
+# only contend for Python's interpreter lock (and a scan is fastest alone). Anything else (NFS,
+# Lustre, GPFS, BeeGFS, CephFS, FUSE...) answers in about a network round trip, which
+# NETWORK_WORKERS requests in flight hide (benchmarks/stage.py measures both).
+LOCAL_FSTYPES = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "bcachefs", "jfs", "tmpfs", "ramfs", "overlay"}
+)
+LOCAL_WORKERS, NETWORK_WORKERS = 4, 16
+
+
+def is_local(path: Path) -> bool:
+    try:
+        return fstype_of(path) in LOCAL_FSTYPES
+    except (OSError, ValueError):
+        return False
+
+
+def default_workers(src: Path) -> int:
+    """Parallel streams for a source where --workers is not given."""
+    return LOCAL_WORKERS if is_local(src) else NETWORK_WORKERS
+
+
 # Stats go to the workers in chunks: on a network filesystem each one is a round trip (~1 ms).
 STAT_CHUNK = 64
 
@@ -165,7 +194,9 @@ def _entries_of(src: Path, relatives: list[str]) -> list[Entry | None]:
         elif stat.S_ISDIR(st.st_mode):
             entries.append(Entry(rel, "dir", mode=stat.S_IMODE(st.st_mode)))
         elif stat.S_ISREG(st.st_mode):
-            entries.append(Entry(rel, "file", st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode)))
+            entries.append(
+                Entry(rel, "file", st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), inode=st.st_ino)
+            )
         else:
             entries.append(None)  # sockets, fifos and devices are not dataset content: left out
     return entries
@@ -334,14 +365,17 @@ def _filled_up(exc: OSError, dst: str) -> StageError:
 
 
 @contextlib.contextmanager
-def _replacement(dst: str) -> Iterator[int]:
+def _replacement(dst: str, fresh: bool = False) -> Iterator[int]:
     """A temporary sibling of `dst` open for writing, renamed over `dst` when the block completes
     (files are replaced, never rewritten in place) and removed when it does not; a full disk becomes
-    a clean StageError."""
-    temporary = _temporary(dst)
+    a clean StageError. `fresh`: `dst` is new in a partial tree this run created, so it is written
+    under its own name (created exclusively), which saves a rename per file: until its mtime is set,
+    last, it does not pass for complete."""
+    temporary = dst if fresh else _temporary(dst)
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        if not fresh:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
         target = os.open(
             temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
         )
@@ -349,7 +383,8 @@ def _replacement(dst: str) -> Iterator[int]:
             yield target
         finally:
             os.close(target)
-        os.replace(temporary, dst)
+        if not fresh:
+            os.replace(temporary, dst)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
@@ -364,7 +399,90 @@ def _write_all(target: int, data: bytes) -> None:
         view = view[os.write(target, view) :]
 
 
-def _copy_file(src: str, dst: str, entry: Entry, throttle: Throttle = UNLIMITED) -> None:
+@dataclass(frozen=True)
+class Copier:
+    """How file content moves: --bwlimit's throttle, and the threads that copy a large file's
+    chunks at once (None: one stream per file)."""
+
+    throttle: Throttle = UNLIMITED
+    chunks: ThreadPoolExecutor | None = None
+    fresh: bool = False  # the partial tree is new this run: files are written under their own names
+
+
+PLAIN = Copier()
+# Files from this size are copied in CHUNK pieces with direct I/O, CHUNK_THREADS of them in flight:
+# one buffered stream reaches about half of what the disks can do (page-cache writeback), and
+# several direct requests at once keep both devices' queues full (benchmarks/stage.py measures it).
+LARGE_FILE, CHUNK, CHUNK_THREADS = 32 << 20, 8 << 20, 8
+DIRECT_ALIGN = 4096
+
+
+class _NoDirectIO(Exception):
+    """A filesystem refused direct I/O (or gave a short direct read): copy the file buffered."""
+
+
+def _set_direct(fd: int, on: bool) -> None:
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, (flags | os.O_DIRECT) if on else (flags & ~os.O_DIRECT))
+
+
+def _copy_chunks(source: int, target: int, size: int, pool: ThreadPoolExecutor, throttle: Throttle) -> None:
+    """A large file in CHUNK pieces, read and written with O_DIRECT by the pool's threads at once;
+    the last piece is written padded to the block and the file cut to its size. A filesystem without
+    direct I/O (tmpfs before Linux 6.6, some FUSE) gets the buffered stream instead."""
+
+    def piece(offset: int) -> None:
+        want = min(CHUNK, size - offset)
+        buffer = mmap.mmap(-1, CHUNK)  # page-aligned, as O_DIRECT needs
+        try:
+            got = os.preadv(source, [buffer], offset)
+            if got != want:
+                raise _NoDirectIO  # a short direct read mid-file: not worth aligning by hand
+            throttle(got)
+            with memoryview(buffer) as view:
+                padded = -(-got // DIRECT_ALIGN) * DIRECT_ALIGN
+                if os.pwritev(target, [view[:padded]], offset) != padded:
+                    raise _NoDirectIO
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                raise _NoDirectIO from exc
+            raise
+        finally:
+            buffer.close()
+
+    try:
+        try:
+            _set_direct(source, True)
+            _set_direct(target, True)
+        except OSError as exc:
+            raise _NoDirectIO from exc
+        list(pool.map(piece, range(0, size, CHUNK)))
+    except _NoDirectIO:
+        _set_direct(source, False)
+        _set_direct(target, False)
+        os.ftruncate(target, 0)
+        _stream(source, target, throttle)  # pread/pwrite left both offsets at 0
+        return
+    _set_direct(source, False)
+    _set_direct(target, False)
+    os.ftruncate(target, size)
+
+
+def _copy_small(source: int, target: int, size: int, throttle: Throttle) -> int:
+    """A small file in as few calls as it takes: one read asks for a byte more than its size, so an
+    unchanged file is read whole and its end seen at once; a file that grew reads on to its end
+    (and the size check after the copy catches it). Returns the bytes written."""
+    written = 0
+    while chunk := os.read(source, size + 1 - written if written < size else SMALL_FILE):
+        throttle(len(chunk))
+        _write_all(target, chunk)
+        written += len(chunk)
+        if written == size:
+            break
+    return written
+
+
+def _copy_file(src: str, dst: str, entry: Entry, copier: Copier = PLAIN) -> None:
     """Copy content into a replacement of `dst`, with mode and mtime set before the rename. The
     source's size and mtime are compared before and after: a file that changed meanwhile raises
     _Changed and is never stamped complete. `entry` takes the size and mtime that were copied."""
@@ -374,15 +492,16 @@ def _copy_file(src: str, dst: str, entry: Entry, throttle: Throttle = UNLIMITED)
         raise StageError(f"{src}: cannot read it ({exc.strerror}); the partial copy is kept") from exc
     try:
         before = os.fstat(source)
-        with _replacement(dst) as target:
+        with _replacement(dst, copier.fresh) as target:
             if before.st_size < SMALL_FILE:
-                while chunk := os.read(source, SMALL_FILE):
-                    throttle(len(chunk))
-                    _write_all(target, chunk)
+                written = _copy_small(source, target, before.st_size, copier.throttle)
             else:
-                _stream(source, target, throttle)
+                if copier.chunks is not None and before.st_size >= LARGE_FILE:
+                    _copy_chunks(source, target, before.st_size, copier.chunks, copier.throttle)
+                else:
+                    _stream(source, target, copier.throttle)
+                written = os.fstat(target).st_size
             after = os.fstat(source)
-            written = os.fstat(target).st_size
             if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or (
                 written != after.st_size
             ):
@@ -394,10 +513,10 @@ def _copy_file(src: str, dst: str, entry: Entry, throttle: Throttle = UNLIMITED)
         os.close(source)
 
 
-def _copy_steady(src: str, dst: str, entry: Entry, throttle: Throttle = UNLIMITED) -> None:
+def _copy_steady(src: str, dst: str, entry: Entry, copier: Copier = PLAIN) -> None:
     for _ in range(COPY_TRIES):
         try:
-            _copy_file(src, dst, entry, throttle)
+            _copy_file(src, dst, entry, copier)
             return
         except _Changed:
             continue
@@ -499,7 +618,7 @@ def _stage_tree(
     workers: int,
     advance: Progress,
     resume: bool,
-    throttle: Throttle = UNLIMITED,
+    copier: Copier = PLAIN,
 ) -> tuple[int, int]:
     for entry in entries:
         if entry.kind == "dir":
@@ -522,15 +641,17 @@ def _stage_tree(
         size = 0
         for entry in batch:
             source, target = os.path.join(src, entry.relative), os.path.join(partial, entry.relative)
-            _copy_steady(source, target, entry, throttle)
+            _copy_steady(source, target, entry, copier)
             size += entry.size
         advance(size)
         return size
 
     if resume:
         _remove_strays(partial, {e.relative for e in entries})
-    # Large files first: they dominate the tail of a parallel copy.
-    todo.sort(key=lambda e: -e.size)
+    copier = dataclasses.replace(copier, fresh=not resume)
+    # Large files first: they dominate the tail of a parallel copy. Small ones in inode order: on a
+    # cold local disk that is close to the order of their blocks, so reads stream instead of seek.
+    todo.sort(key=lambda e: (-e.size, 0) if e.size >= SMALL_FILE else (0, e.inode))
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
         copied = sum(pool.map(copy, _batches(todo)))
@@ -698,7 +819,7 @@ def stage(
     src: Path,
     to: Path,
     *,
-    workers: int = 8,
+    workers: int | None = None,
     verify: bool = False,
     checksum: bool = False,
     progress: Callable[[int], Any] | None = None,
@@ -729,11 +850,12 @@ def stage(
         raise StageError(f"--bwlimit {bwlimit}: give MB/s above 0 (or 0 for no limit)")
     kind = "archive" if is_archive(src) else "dir" if src.is_dir() else "file"
     name = name or staged_name(src)
+    workers = workers or default_workers(src)
     dest, partial = to / name, to / f".{name}.partial"
     record_file = record_path(to, name)
     start = time.monotonic()
     with destination_lock(to, name):
-        entries = scan_tree(src, workers) if kind == "dir" else None
+        entries = scan_tree(src, 1 if is_local(src) else workers) if kind == "dir" else None
         identity = identity or describe_source(src, kind, entries)
         record = _read_record(record_file)
         if dest.exists() or partial.exists():
@@ -759,6 +881,7 @@ def stage(
             summary.seconds = time.monotonic() - start
             return summary
         _write_record(record_file, {**identity, "complete": False})
+        chunk_pool = ThreadPoolExecutor(max_workers=min(CHUNK_THREADS, max(1, workers)))
         job = _Job(
             src,
             dest,
@@ -769,7 +892,7 @@ def stage(
             space,
             on_total,
             progress or (lambda _n: None),
-            Throttle(bwlimit),
+            Copier(Throttle(bwlimit), chunk_pool),
         )
         try:
             if kind == "file":
@@ -782,6 +905,8 @@ def stage(
             if not partial.exists() and not dest.exists():
                 record_file.unlink(missing_ok=True)  # refused before copying: leave no trace
             raise
+        finally:
+            chunk_pool.shutdown(wait=True, cancel_futures=True)
         _write_record(record_file, {**identity, "complete": True})
     summary.seconds = time.monotonic() - start
     return summary
@@ -798,7 +923,7 @@ class _Job:
     space: Callable[[Path], Space]
     on_total: Callable[[int], Any] | None
     advance: Progress
-    throttle: Throttle
+    copier: Copier
 
 
 def _checked_room(job: _Job, entries: list[Entry], done: list[Entry], fresh: bool) -> None:
@@ -824,7 +949,7 @@ def _stage_dir(job: _Job, entries: list[Entry]) -> Summary:
     if job.on_total:
         job.on_total(sum(e.size for e in entries if e.kind == "file"))
     copied, skipped = _stage_tree(
-        job.src, job.partial, entries, job.workers, job.advance, not fresh, job.throttle
+        job.src, job.partial, entries, job.workers, job.advance, not fresh, job.copier
     )
     summary = Summary(job.dest, files=sum(e.kind == "file" for e in entries), bytes=copied, skipped=skipped)
     if job.verify:
@@ -843,7 +968,7 @@ def _stage_archive_into(job: _Job) -> Summary:
     if job.on_total:
         job.on_total(0)
     checksum = job.checksum and job.verify
-    read = _stage_archive(job.src, job.partial, job.advance, checksum, job.throttle)
+    read = _stage_archive(job.src, job.partial, job.advance, checksum, job.copier.throttle)
     files = sum(e.kind == "file" for e in read.entries)
     summary = Summary(job.dest, files=files, bytes=read.copied, skipped=read.skipped)
     # Structure: every regular member is there at its size (and, asked, at its digest).
@@ -863,7 +988,7 @@ def _stage_file(job: _Job) -> Summary:
     _checked_room(job, [entry], [], fresh=False)
     if job.on_total:
         job.on_total(entry.size)
-    _copy_steady(str(job.src), str(job.partial), entry, job.throttle)
+    _copy_steady(str(job.src), str(job.partial), entry, job.copier)
     job.advance(entry.size)
     summary = Summary(job.dest, files=1, bytes=entry.size)
     if job.verify:
@@ -883,9 +1008,9 @@ MEMORY_GB, STAGE_GB = 10, 100
 PACK_FILES, PACK_MEAN_BYTES = 10_000, 1_000_000
 
 
-def plan_advice(src: Path) -> list[str]:
-    """Where a dataset should live during a job: in memory, staged to local disk, read from the shared
-    filesystem, and whether to pack it first."""
+def plan_advice(src: Path, nodes: int = 1) -> list[str]:
+    """Where a dataset should live during a job of `nodes` nodes: in memory, staged to local disk,
+    read from the shared filesystem, whether to pack it first, and whether to broadcast it."""
     entries = [e for e in scan_tree(src) if e.kind == "file"] if src.is_dir() else []
     size = sum(e.size for e in entries) if src.is_dir() else src.stat().st_size
     count = len(entries) if src.is_dir() else 1
@@ -905,5 +1030,12 @@ def plan_advice(src: Path) -> list[str]:
     else:
         lines.append(
             f"shared: over ~{STAGE_GB} GB, read it from the shared filesystem (spread over the VIP mounts)"
+        )
+    if nodes > 1 and size <= STAGE_GB * 1e9:
+        lines.append(
+            f"broadcast: staged per node, {nodes} nodes read {nodes * size / 1e9:.2f} GB from the shared "
+            f"filesystem at job start; `dltune stage --broadcast SRC` in the batch script reads "
+            f"{size / 1e9:.2f} GB once and Slurm's sbcast fans it out (each node needs room for twice "
+            "the dataset while it lands)"
         )
     return lines

@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tarfile
@@ -50,7 +51,7 @@ Say = Callable[[str], None]
 class Options:
     """What every node's stage is asked for, as on the command line."""
 
-    workers: int = 16
+    workers: int | None = None  # None: dltune.stage.default_workers of the source
     verify: bool = False
     checksum: bool = False
     replace: bool = False
@@ -70,7 +71,7 @@ class Options:
         )
 
     def argv(self) -> list[str]:
-        args = ["--workers", str(self.workers)]
+        args = ["--workers", str(self.workers)] if self.workers else []
         args += ["--verify"] * self.verify + ["--checksum"] * self.checksum + ["--replace"] * self.replace
         return args + (["--bwlimit", str(self.bwlimit)] if self.bwlimit else [])
 
@@ -140,19 +141,33 @@ def packed_size(entries: Sequence[local.Entry]) -> int:
 # --- the first node --------------------------------------------------------------------------------
 
 
+def _member(tree: Path, relative: str) -> tuple[tarfile.TarInfo, Path]:
+    """A tar header built from lstat alone (no user or group name lookups: on LDAP-backed nodes
+    those cost a round trip per file), with the mtime to the nanosecond as a pax record (tarfile's
+    own goes through a float): every node's copy must equal the first node's, and a resume
+    compares mtimes exactly."""
+    path = tree / relative
+    st = path.lstat()
+    info = tarfile.TarInfo(relative)
+    info.mode = stat.S_IMODE(st.st_mode)
+    info.mtime = st.st_mtime_ns // 10**9
+    info.pax_headers = {"mtime": f"{st.st_mtime_ns // 10**9}.{st.st_mtime_ns % 10**9:09d}"}
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+    elif stat.S_ISLNK(st.st_mode):
+        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+    else:
+        info.size = st.st_size
+    return info, path
+
+
 def pack_tree(tree: Path, entries: Sequence[local.Entry], archive: Path) -> int:
     """Pack the staged `tree` (local disk: read fast, and not the shared source) into `archive`,
     written as `.partial` and renamed when complete; returns its size."""
     partial = archive.with_name(archive.name + ".partial")
-    with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.TarFile(partial, "w", format=tarfile.PAX_FORMAT, copybufsize=8 << 20) as tar:
         for entry in sorted(entries, key=lambda e: e.relative):
-            path = tree / entry.relative
-            info = tar.gettarinfo(path, arcname=entry.relative)
-            # The mtime to the nanosecond, as a pax record (tarfile's own goes through a float):
-            # every node's copy must equal the first node's, and a resume compares mtimes exactly.
-            mtime_ns = path.lstat().st_mtime_ns
-            info.mtime = mtime_ns // 10**9
-            info.pax_headers = {"mtime": f"{mtime_ns // 10**9}.{mtime_ns % 10**9:09d}"}
+            info, path = _member(tree, entry.relative)
             if info.isfile():
                 with path.open("rb") as data:
                     tar.addfile(info, data)
@@ -358,7 +373,7 @@ def _prepare(
     identity = _recorded_identity(to, name) or local.describe_source(src, "dir", None)
     size = _reusable_pack(to, name, identity)
     if size is None:
-        entries = local.scan_tree(first.path, options.workers)
+        entries = local.scan_tree(first.path, 1)  # local disk: one thread is fastest
         _check_pack_room(to, entries)
         size = pack_tree(first.path, entries, pack_path(to, name))
         record = {"identity": identity, "bytes": size}

@@ -24,14 +24,28 @@ def stage(
         Path | None,
         typer.Option("--to", help="Destination directory (default: $SLURM_TMPDIR).", envvar="SLURM_TMPDIR"),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Parallel copy streams.", min=1, max=256)] = min(
-        16, 4 * (os.cpu_count() or 1)
-    ),
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            help="Parallel copy streams (default: 4 from a local disk, 16 from a network filesystem).",
+            min=1,
+            max=256,
+        ),
+    ] = None,
     verify: Annotated[
         bool, typer.Option("--verify", help="Compare sizes with the source after copying.")
     ] = False,
     checksum: Annotated[bool, typer.Option("--checksum", help="With --verify, compare SHA-256 too.")] = False,
-    plan: Annotated[bool, typer.Option("--plan", help="Only advise: memory, stage, shared or pack.")] = False,
+    plan: Annotated[
+        bool, typer.Option("--plan", help="Only advise: memory, stage, shared, pack or broadcast.")
+    ] = False,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            "--nodes", help="With --plan: the job's node count.", envvar="SLURM_JOB_NUM_NODES", min=1
+        ),
+    ] = 1,
     replace: Annotated[
         bool,
         typer.Option("--replace", help="Replace DIR/<name> when it holds another source, or an older state."),
@@ -55,7 +69,7 @@ def stage(
     if not src.exists():
         raise typer.BadParameter(f"{src} does not exist", param_hint="SRC")
     if plan:
-        for line in stage_mod.plan_advice(src):
+        for line in stage_mod.plan_advice(src, nodes):
             typer.echo(line)
         return
     if to is None:
@@ -122,7 +136,7 @@ def stage(
 def _broadcast(
     src: Path,
     to: Path,
-    workers: int,
+    workers: int | None,
     verify: bool,
     checksum: bool,
     replace: bool,
@@ -176,7 +190,7 @@ def stage_node(
     payload_bytes: Annotated[int, typer.Option("--payload-bytes")] = 0,
     payload_sha256: Annotated[str, typer.Option("--payload-sha256")] = "",
     source: Annotated[Path | None, typer.Option("--source")] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, max=256)] = 16,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, max=256)] = None,
     verify: Annotated[bool, typer.Option("--verify")] = False,
     checksum: Annotated[bool, typer.Option("--checksum")] = False,
     replace: Annotated[bool, typer.Option("--replace")] = False,

@@ -629,3 +629,59 @@ def test_archive_members_keep_the_data_filters_mode_and_their_mtime(tmp_path: Pa
     modes = {p.name: p.stat().st_mode & 0o7777 for p in staged.iterdir()}
     assert modes == {"setuid": 0o755, "readonly": 0o644, "shared": 0o644}
     assert all(p.stat().st_mtime_ns == 1_600_000_000 * 10**9 for p in staged.iterdir())
+
+
+@pytest.fixture
+def mounted(tmp_path: Path) -> Iterator[Any]:
+    """Mount a kernel filesystem (tmpfs, ramfs) under tmp_path for one test (root: CI runs as root)."""
+    mounts: list[Path] = []
+
+    def mount(fstype: str, options: str = "") -> Path:
+        where = tmp_path / f"{fstype}-{len(mounts)}"
+        where.mkdir()
+        subprocess.run(
+            ["mount", "-t", fstype, *(["-o", options] if options else []), fstype, str(where)], check=True
+        )
+        mounts.append(where)
+        return where
+
+    yield mount
+    for where in mounts:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def test_large_files_are_copied_in_direct_chunks_identical_onto_any_destination(
+    tmp_path: Path, mounted: Any
+) -> None:
+    """Files from LARGE_FILE up go in parallel O_DIRECT chunks, the last one padded and cut back;
+    ramfs has no direct I/O at all (the buffered fallback), tmpfs has it on recent kernels."""
+    src = tmp_path / "shared" / "shards"
+    src.mkdir(parents=True)
+    for name, size in (
+        ("exact", stage.LARGE_FILE),
+        ("tail", stage.LARGE_FILE + 123),
+        ("odd", 5 * stage.CHUNK - 1),
+    ):
+        (src / name).write_bytes(os.urandom(size))
+    os.chmod(src / "odd", 0o600)
+    ext4 = tmp_path / "local"
+    ext4.mkdir()
+    ramfs = mounted("ramfs")
+
+    def room(path: Path) -> Space:  # ramfs reports no size at all
+        return Space(10**10, 10**6, "ramfs") if path == ramfs else stage.space_at(path)
+
+    for destination in (ext4, mounted("tmpfs", "size=200m"), ramfs):
+        summary = stage.stage(src, destination, verify=True, checksum=True, space=room)
+        assert tree_state(summary.path) == tree_state(src), destination
+        assert not list(destination.rglob("*.dltune-tmp"))
+
+
+def test_a_large_file_that_fills_the_destination_is_a_clean_error(tmp_path: Path, mounted: Any) -> None:
+    src = tmp_path / "shared" / "shards"
+    src.mkdir(parents=True)
+    (src / "big").write_bytes(os.urandom(stage.LARGE_FILE + stage.CHUNK))
+    small = mounted("tmpfs", "size=16m")
+    with pytest.raises(StageError, match=r"filled up while copying.*rerun the same command to resume"):
+        stage.stage(src, small, space=lambda _p: Space(10**10, 10**6, "ext4"))
+    assert not (small / "shards").exists() and not list(small.rglob("*.dltune-tmp"))

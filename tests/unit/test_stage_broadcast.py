@@ -200,3 +200,24 @@ def test_the_parallel_scan_lists_every_entry_once_sorted(tmp_path: Path) -> None
     )
     assert relatives == sorted(relatives) == [r for r in walked if r != "a-fifo"]
     assert stage.scan_tree(src, workers=1) == entries
+
+
+def test_plan_advises_a_broadcast_for_a_job_of_several_nodes_with_the_read_volumes(tmp_path: Path) -> None:
+    src = make_dataset(tmp_path / "shared", files=30)
+    size = sum(e.size for e in stage.scan_tree(src) if e.kind == "file")
+    alone = runner.invoke(app, ["stage", str(src), "--plan"], env={"SLURM_JOB_NUM_NODES": "1"})
+    assert alone.exit_code == 0 and "broadcast:" not in alone.output
+    job = runner.invoke(app, ["stage", str(src), "--plan"], env={"SLURM_JOB_NUM_NODES": "32"})
+    assert job.exit_code == 0, job.output
+    line = next(x for x in job.output.splitlines() if x.startswith("broadcast:"))
+    assert f"32 nodes read {32 * size / 1e9:.2f} GB" in line and f"reads {size / 1e9:.2f} GB once" in line
+    assert "--broadcast" in line
+    explicit = runner.invoke(app, ["stage", str(src), "--plan", "--nodes", "4"])
+    assert "4 nodes read" in explicit.output
+
+
+def test_workers_default_to_few_from_a_local_disk_and_many_from_anything_else(tmp_path: Path) -> None:
+    """tmp_path is on the machine's disk (ext4 here); /proc stands for a filesystem dltune does not
+    know as local, which it treats as network-like: per-file latency wants requests in flight."""
+    assert stage.default_workers(tmp_path) == stage.LOCAL_WORKERS
+    assert stage.default_workers(Path("/proc/self")) == stage.NETWORK_WORKERS
