@@ -686,7 +686,8 @@ for path in sorted(p for p in root.rglob("*") if p.is_file()):
     st = path.stat()
     content = hashlib.sha256(path.read_bytes()).hexdigest()
     lines.append(f"{path.relative_to(root)} {st.st_size} {st.st_mtime_ns} {content}")
-print(os.environ["SLURMD_NODENAME"], root.name, hashlib.sha256("\\n".join(lines).encode()).hexdigest())
+where = os.path.relpath(root, os.environ["SLURM_TMPDIR"])
+print(os.environ["SLURMD_NODENAME"], where, hashlib.sha256("\\n".join(lines).encode()).hexdigest())
 """
 DIGEST = "python3 /shared/tools/digest.py"
 
@@ -807,15 +808,34 @@ def test_broadcast_reads_the_shared_filesystem_once_for_three_nodes_and_resumes_
         assert digests.get((node, "ds-packed")) == want, (node, output[-3000:])
 
 
-def test_staging_per_node_reads_the_shared_filesystem_once_per_node(slow_source: SlowSource) -> None:
-    """The contrast that lets the broadcast test fail: each node's own `dltune stage` reads it all."""
+def test_staging_per_node_and_the_fallback_without_sbcast_read_it_once_per_node(
+    slow_source: SlowSource,
+) -> None:
+    """The contrast that lets the broadcast test fail: each node's own `dltune stage` reads it all.
+    Then `--broadcast` where sbcast fails (a stand-in that exits 1 ahead of it on PATH): the command
+    says so and every node reads the source itself, as the per-node path does."""
     dataset_bytes = sum(p.stat().st_size for p in (slow_source.backing / "ds").rglob("*") if p.is_file())
-    before = slow_source.bytes_read()
+    counters = "echo READ $(cat /shared/slow/.slowfs-stats)"
+    shim = "#!/bin/sh\\necho simulated >&2; exit 1\\n"
+    broken = f"mkdir -p $HOME/broken && printf '{shim}' >$HOME/broken/sbcast"
+
     done, output = sbatch_as_alice(
-        "srun --ntasks-per-node=1 dltune stage /shared/slow/ds; "
-        f"srun --ntasks-per-node=1 {DIGEST} $SLURM_TMPDIR/ds"
+        f"{counters}; srun --ntasks-per-node=1 dltune stage /shared/slow/ds; {counters}; "
+        f"srun --ntasks-per-node=1 {DIGEST} $SLURM_TMPDIR/ds; "
+        f"{broken} && chmod +x $HOME/broken/sbcast; "
+        "srun --ntasks-per-node=1 mkdir $SLURM_TMPDIR/fallback; "
+        "PATH=$HOME/broken:$PATH dltune stage --broadcast /shared/slow/ds --to $SLURM_TMPDIR/fallback; "
+        f"echo fallback=$?; {counters}; "
+        f"srun --ntasks-per-node=1 {DIGEST} $SLURM_TMPDIR/fallback/ds"
     )
     assert done.returncode == 0, (done.stderr, output[-3000:])
-    assert slow_source.bytes_read() - before == len(NODES) * dataset_bytes, slow_source.stats()
+    reads = [json.loads(line[5:])["bytes_read"] for line in output.splitlines() if line.startswith("READ ")]
+    assert len(reads) == 3, output[-3000:]
+    assert reads[1] - reads[0] == len(NODES) * dataset_bytes, output[-3000:]
+    assert "fallback=0" in output and "sbcast failed: simulated" in output, output[-3000:]
+    assert "every node reads /shared/slow/ds from the shared filesystem itself" in output
+    assert reads[2] - reads[1] == len(NODES) * dataset_bytes, output[-3000:]
     want = tree_digest(slow_source.backing / "ds")
-    assert {node: node_digests(output).get((node, "ds")) for node in NODES} == dict.fromkeys(NODES, want)
+    digests = node_digests(output)
+    assert {node: digests.get((node, "ds")) for node in NODES} == dict.fromkeys(NODES, want)
+    assert {node: digests.get((node, "fallback/ds")) for node in NODES} == dict.fromkeys(NODES, want)
