@@ -210,6 +210,10 @@ def main() -> int:
                             slow[name].append(timed(methods[name], work / "slow/small", dst))
                             progress.advance(slow_task)
                     console.print(f"slow source served: {source.stats()}")
+        # --bwlimit: half what the copy reached unlimited, on the large files.
+        cap = round(large_bytes / 1e6 / statistics.median(samples[("dltune stage", "large")]) / 2)
+        capped = timed(lambda s, d: stage.stage(s, d, bwlimit=cap), src / "large", dst)
+        console.print(f"--bwlimit {cap}: {large_bytes / 1e6 / capped:.0f} MB/s reached on the large files")
         limit, ceiling = statistics.median(limits), statistics.median(ceilings)
         table = Table(
             title=f"median of {args.rounds} cold-cache rounds; read limit (dd) {limit:.0f} MB/s, "
