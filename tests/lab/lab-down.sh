@@ -26,8 +26,12 @@ rm -f "$LAB_STATE/networks"
 # The shared bind mount of nodes.sh, and a slow FUSE source a test left mounted under it.
 if [ -s "$LAB_STATE/mounts" ]; then
   sort -u "$LAB_STATE/mounts" | while read -r mountpoint; do
-    findmnt --list --noheadings --output TARGET | grep "^$mountpoint/" | sort -r | xargs -r -n1 umount -l
-    findmnt --mountpoint "$mountpoint" >/dev/null && umount -l "$mountpoint" && log "unmounted $mountpoint"
+    for below in $(findmnt --list --noheadings --output TARGET | awk -v m="$mountpoint/" 'index($0, m) == 1' | sort -r); do
+      umount -l "$below" && log "unmounted $below"
+    done
+    if findmnt --mountpoint "$mountpoint" >/dev/null; then
+      umount -l "$mountpoint" && log "unmounted $mountpoint"
+    fi
   done
 fi
 rm -f "$LAB_STATE/mounts"
