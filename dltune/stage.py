@@ -573,7 +573,7 @@ def _batches(todo: list[Entry]) -> list[list[Entry]]:
     return batches
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -598,9 +598,9 @@ def verify_tree(
         if not path.is_file() or path.stat().st_size != entry.size:
             bad.append(entry.relative)
         elif checksum and digests is not None:
-            if digests.get(entry.relative) != _sha256(path):
+            if digests.get(entry.relative) != sha256_file(path):
                 bad.append(entry.relative)
-        elif checksum and src is not None and _sha256(src / entry.relative) != _sha256(path):
+        elif checksum and src is not None and sha256_file(src / entry.relative) != sha256_file(path):
             bad.append(entry.relative)
     if bad:
         raise StageError(
@@ -782,7 +782,7 @@ def describe_source(src: Path, kind: str, entries: list[Entry] | None) -> dict[s
     }
 
 
-def _read_record(path: Path) -> dict[str, Any] | None:
+def read_record(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -790,13 +790,13 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _write_record(path: Path, record: dict[str, Any]) -> None:
+def write_record(path: Path, record: dict[str, Any]) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(temporary, path)
 
 
-def _same_source(record: dict[str, Any], now: dict[str, Any]) -> str | None:
+def same_source(record: dict[str, Any], now: dict[str, Any]) -> str | None:
     """Why a recorded stage is not of this source as it is now (None when it is)."""
     if record.get("source") != now["source"]:
         return f"holds {record.get('source')}, not {now['source']}"
@@ -806,7 +806,7 @@ def _same_source(record: dict[str, Any], now: dict[str, Any]) -> str | None:
     return None
 
 
-def _remove(path: Path) -> None:
+def remove_staged(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
@@ -857,17 +857,17 @@ def stage(
     with destination_lock(to, name):
         entries = scan_tree(src, 1 if is_local(src) else workers) if kind == "dir" else None
         identity = identity or describe_source(src, kind, entries)
-        record = _read_record(record_file)
+        record = read_record(record_file)
         if dest.exists() or partial.exists():
-            mismatch = _same_source(record, identity) if record is not None else None
+            mismatch = same_source(record, identity) if record is not None else None
             if mismatch and not replace:
                 held = dest if dest.exists() else partial
                 raise StageError(
                     f"{held} {mismatch}: give --replace to stage {src} in its place, or another --to"
                 )
             if mismatch:
-                _remove(dest)
-                _remove(partial)
+                remove_staged(dest)
+                remove_staged(partial)
         if dest.exists():
             summary = Summary(dest, notes=["already staged"])
             if record is None:
@@ -880,7 +880,7 @@ def stage(
                 summary.verified = True
             summary.seconds = time.monotonic() - start
             return summary
-        _write_record(record_file, {**identity, "complete": False})
+        write_record(record_file, {**identity, "complete": False})
         chunk_pool = ThreadPoolExecutor(max_workers=min(CHUNK_THREADS, max(1, workers)))
         job = _Job(
             src,
@@ -907,7 +907,7 @@ def stage(
             raise
         finally:
             chunk_pool.shutdown(wait=True, cancel_futures=True)
-        _write_record(record_file, {**identity, "complete": True})
+        write_record(record_file, {**identity, "complete": True})
     summary.seconds = time.monotonic() - start
     return summary
 
@@ -993,7 +993,7 @@ def _stage_file(job: _Job) -> Summary:
     summary = Summary(job.dest, files=1, bytes=entry.size)
     if job.verify:
         if job.partial.stat().st_size != entry.size or (
-            job.checksum and _sha256(job.src) != _sha256(job.partial)
+            job.checksum and sha256_file(job.src) != sha256_file(job.partial)
         ):
             raise StageError(
                 f"verification failed for {job.dest.name}; the partial copy {job.partial} is kept"

@@ -40,7 +40,7 @@ from dltune import stage as local
 from dltune.probes.storage import Space, space_at
 
 NODE_LINE = "DLTUNE-NODE "
-# What one tar member costs beyond its data: a 512-byte header, and a pax header for a long name.
+# Tar headers, and the padding after each member's data, come in blocks of this size.
 TAR_BLOCK = 512
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -195,14 +195,14 @@ def _pack_digest(to: Path, name: str) -> str:
     record_file = pack_record_path(to, name)
     record = json.loads(record_file.read_text(encoding="utf-8"))
     if not record.get("sha256"):
-        record["sha256"] = local._sha256(pack_path(to, name))
+        record["sha256"] = local.sha256_file(pack_path(to, name))
         record_file.write_text(json.dumps(record) + "\n", encoding="utf-8")
     return str(record["sha256"])
 
 
 def _recorded_identity(to: Path, name: str) -> dict[str, Any] | None:
     """The source as the first node's stage recorded it a moment ago (no second scan of it)."""
-    record = local._read_record(local.record_path(to, name))
+    record = local.read_record(local.record_path(to, name))
     if record is None or not record.get("complete"):
         return None
     return {key: value for key, value in record.items() if key != "complete"}
@@ -450,8 +450,8 @@ def node_check(
     here = _here({})
     if not to.is_dir() or not os.access(to, os.W_OK | os.X_OK):
         return NodeOutcome(here, False, f"{to} is not a writable directory on this node (--to)")
-    record = local._read_record(local.record_path(to, name))
-    if (to / name).is_dir() and record is not None and local._same_source(record, identity) is None:
+    record = local.read_record(local.record_path(to, name))
+    if (to / name).is_dir() and record is not None and local.same_source(record, identity) is None:
         return NodeOutcome(here, True, "staged")
     tree = max(int(identity.get("bytes", 0)), payload_bytes)
     try:
@@ -480,11 +480,11 @@ def node_finish(
     dest = to / name
     try:
         if not payload.exists():
-            record = local._read_record(local.record_path(to, name))
-            if dest.exists() and record is not None and local._same_source(record, identity) is None:
+            record = local.read_record(local.record_path(to, name))
+            if dest.exists() and record is not None and local.same_source(record, identity) is None:
                 return NodeOutcome(here, True, "already staged", files=int(identity.get("files", 0)))
             return NodeOutcome(here, False, f"{payload} did not arrive (sbcast)")
-        if payload_sha256 and not dest.exists() and local._sha256(payload) != payload_sha256:
+        if payload_sha256 and not dest.exists() and local.sha256_file(payload) != payload_sha256:
             return NodeOutcome(
                 here, False, f"{payload} differs from the first node's pack (SHA-256): rerun to resend"
             )
@@ -507,22 +507,22 @@ def _finish_file(
     dest = to / name
     record_file = local.record_path(to, name)
     with local.destination_lock(to, name):
-        record = local._read_record(record_file)
+        record = local.read_record(record_file)
         if dest.exists():
-            mismatch = local._same_source(record, identity) if record is not None else "has no record"
+            mismatch = local.same_source(record, identity) if record is not None else "has no record"
             if mismatch is None:
                 return local.Summary(dest, notes=["already staged"])
             if not options.replace:
                 raise local.StageError(f"{dest} {mismatch}: give --replace to stage it in its place")
-            local._remove(dest)
+            local.remove_staged(dest)
         size = payload.stat().st_size
         if size != identity.get("bytes"):
             raise local.StageError(
                 f"{payload}: {size} bytes arrived, the source has {identity.get('bytes')}; rerun to resend"
             )
-        local._write_record(record_file, {**identity, "complete": False})
+        local.write_record(record_file, {**identity, "complete": False})
         os.replace(payload, dest)
-        local._write_record(record_file, {**identity, "complete": True})
+        local.write_record(record_file, {**identity, "complete": True})
     return local.Summary(dest, files=1, bytes=size, verified=options.verify)
 
 

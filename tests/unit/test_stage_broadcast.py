@@ -88,7 +88,7 @@ def test_a_corrupt_delivery_is_refused_before_it_is_extracted(tmp_path: Path) ->
     data[5000] ^= 0xFF
     delivered.write_bytes(bytes(data))
     outcome = stage_broadcast.node_finish(
-        delivered, other, src.name, identity, stage_broadcast.Options(checksum=True), stage._sha256(pack)
+        delivered, other, src.name, identity, stage_broadcast.Options(checksum=True), stage.sha256_file(pack)
     )
     assert not outcome.ok and "differs from the first node's pack" in outcome.message
     assert not (other / src.name).exists() and not (other / f".{src.name}.partial").exists()
