@@ -704,6 +704,10 @@ def slow_source(lab: None) -> Any:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(os.urandom(1000 + i * 7919 % 7000))
         os.utime(path, ns=(1_700_000_000_123_456_789 + i, 1_700_000_000_123_456_789 + i))
+    # A small one for the fallback, which reads it three times over.
+    for i in range(200):
+        (backing / "ds-small").mkdir(exist_ok=True)
+        (backing / "ds-small" / f"img{i:03d}.jpg").write_bytes(os.urandom(1000 + i))
     # GNU tar's pax format keeps mtimes to the nanosecond, as the directory has them.
     subprocess.run(
         ["tar", "--format=posix", "-cf", str(backing / "ds-packed.tar"), "-C", str(dataset), "."], check=True
@@ -734,23 +738,32 @@ def slow_source(lab: None) -> Any:
 
 
 def sbatch_as_alice(script: str, timeout: int = 300) -> tuple[subprocess.CompletedProcess[str], str]:
-    """A 3-node batch job as alice, waited for; returns sbatch's result and the job's output."""
+    """A 3-node batch job as alice, waited for; returns the job's exit code (as a CompletedProcess)
+    and its output. Polled twice a second: `sbatch --wait` sleeps up to 10 s between its polls."""
     job_file = f"/home/alice/broadcast-{time.time_ns()}.out"
-    done = subprocess.run(
+    submitted = subprocess.run(
         [
             "docker", "exec", NODES[0], "runuser", "-u", "alice", "--",
-            "sbatch", "--wait", f"--nodes={len(NODES)}", f"--nodelist={','.join(NODES)}",
+            "sbatch", "--parsable", f"--nodes={len(NODES)}", f"--nodelist={','.join(NODES)}",
             f"--output={job_file}", "--wrap", script,
         ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
+        capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip
+    job = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = docker_exec(NODES[0], "scontrol", "show", "job", "--oneliner", job)
+        state = re.search(r"JobState=(\S+)", shown)
+        if state and state.group(1) not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            break
+        assert time.monotonic() < deadline, f"job {job} still {state and state.group(1)} after {timeout} s"
+        time.sleep(0.5)
+    code = re.search(r"ExitCode=(\d+):(\d+)", shown)
+    returncode = int(code.group(1)) if code else -1
     output = subprocess.run(
         ["docker", "exec", NODES[0], "cat", job_file], capture_output=True, text=True, check=False
     ).stdout
-    return done, output
+    return subprocess.CompletedProcess(submitted.args, returncode, shown, submitted.stderr), output
 
 
 def node_digests(output: str) -> dict[tuple[str, str], str]:
@@ -824,18 +837,20 @@ def test_staging_per_node_and_the_fallback_without_sbcast_read_it_once_per_node(
         f"srun --ntasks-per-node=1 {DIGEST} $SLURM_TMPDIR/ds; "
         f"{broken} && chmod +x $HOME/broken/sbcast; "
         "srun --ntasks-per-node=1 mkdir $SLURM_TMPDIR/fallback; "
-        "PATH=$HOME/broken:$PATH dltune stage --broadcast /shared/slow/ds --to $SLURM_TMPDIR/fallback; "
+        "PATH=$HOME/broken:$PATH dltune stage --broadcast /shared/slow/ds-small --to $SLURM_TMPDIR/fallback; "
         f"echo fallback=$?; {counters}; "
-        f"srun --ntasks-per-node=1 {DIGEST} $SLURM_TMPDIR/fallback/ds"
+        f"srun --ntasks-per-node=1 {DIGEST} $SLURM_TMPDIR/fallback/ds-small"
     )
     assert done.returncode == 0, (done.stderr, output[-3000:])
     reads = [json.loads(line[5:])["bytes_read"] for line in output.splitlines() if line.startswith("READ ")]
     assert len(reads) == 3, output[-3000:]
     assert reads[1] - reads[0] == len(NODES) * dataset_bytes, output[-3000:]
     assert "fallback=0" in output and "sbcast failed: simulated" in output, output[-3000:]
-    assert "every node reads /shared/slow/ds from the shared filesystem itself" in output
-    assert reads[2] - reads[1] == len(NODES) * dataset_bytes, output[-3000:]
+    assert "every node reads /shared/slow/ds-small from the shared filesystem itself" in output
+    small_bytes = sum(p.stat().st_size for p in (slow_source.backing / "ds-small").iterdir())
+    assert reads[2] - reads[1] == len(NODES) * small_bytes, output[-3000:]
     want = tree_digest(slow_source.backing / "ds")
     digests = node_digests(output)
     assert {node: digests.get((node, "ds")) for node in NODES} == dict.fromkeys(NODES, want)
-    assert {node: digests.get((node, "fallback/ds")) for node in NODES} == dict.fromkeys(NODES, want)
+    small = tree_digest(slow_source.backing / "ds-small")
+    assert {node: digests.get((node, "fallback/ds-small")) for node in NODES} == dict.fromkeys(NODES, small)
