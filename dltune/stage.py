@@ -160,9 +160,10 @@ def is_local(path: Path) -> bool:
         return False
 
 
-def default_workers(src: Path) -> int:
-    """Parallel streams for a source where --workers is not given."""
-    return LOCAL_WORKERS if is_local(src) else NETWORK_WORKERS
+def default_workers(src: Path, local: bool | None = None) -> int:
+    """Parallel streams for a source where --workers is not given (`local`: is_local(src), when
+    the caller knows it already)."""
+    return LOCAL_WORKERS if (is_local(src) if local is None else local) else NETWORK_WORKERS
 
 
 # Stats go to the workers in chunks: on a network filesystem each one is a round trip (~1 ms).
@@ -450,6 +451,7 @@ def _copy_chunks(source: int, target: int, size: int, pool: ThreadPoolExecutor, 
         finally:
             buffer.close()
 
+    direct = True
     try:
         try:
             _set_direct(source, True)
@@ -458,14 +460,15 @@ def _copy_chunks(source: int, target: int, size: int, pool: ThreadPoolExecutor, 
             raise _NoDirectIO from exc
         list(pool.map(piece, range(0, size, CHUNK)))
     except _NoDirectIO:
+        direct = False
+    finally:
         _set_direct(source, False)
         _set_direct(target, False)
+    if direct:
+        os.ftruncate(target, size)
+    else:
         os.ftruncate(target, 0)
         _stream(source, target, throttle)  # pread/pwrite left both offsets at 0
-        return
-    _set_direct(source, False)
-    _set_direct(target, False)
-    os.ftruncate(target, size)
 
 
 def _copy_small(source: int, target: int, size: int, throttle: Throttle) -> int:
@@ -850,12 +853,13 @@ def stage(
         raise StageError(f"--bwlimit {bwlimit}: give MB/s above 0 (or 0 for no limit)")
     kind = "archive" if is_archive(src) else "dir" if src.is_dir() else "file"
     name = name or staged_name(src)
-    workers = workers or default_workers(src)
+    local_source = is_local(src)
+    workers = workers or default_workers(src, local_source)
     dest, partial = to / name, to / f".{name}.partial"
     record_file = record_path(to, name)
     start = time.monotonic()
     with destination_lock(to, name):
-        entries = scan_tree(src, 1 if is_local(src) else workers) if kind == "dir" else None
+        entries = scan_tree(src, 1 if local_source else workers) if kind == "dir" else None
         identity = identity or describe_source(src, kind, entries)
         record = read_record(record_file)
         if dest.exists() or partial.exists():

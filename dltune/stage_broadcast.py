@@ -208,6 +208,12 @@ def _recorded_identity(to: Path, name: str) -> dict[str, Any] | None:
     return {key: value for key, value in record.items() if key != "complete"}
 
 
+def _holds(to: Path, name: str, identity: dict[str, Any]) -> bool:
+    """Whether `to`/`name` is this source, staged (its record says so)."""
+    record = local.read_record(local.record_path(to, name))
+    return (to / name).exists() and record is not None and local.same_source(record, identity) is None
+
+
 def _drop_pack(to: Path, name: str) -> None:
     for path in (pack_path(to, name), pack_record_path(to, name)):
         path.unlink(missing_ok=True)
@@ -370,7 +376,10 @@ def _prepare(
         return Payload(src, src.stat().st_size, local.describe_source(src, kind, None))
     first = stage_here()
     say(f"{_here(env)}: {_describe(first)}")
-    identity = _recorded_identity(to, name) or local.describe_source(src, "dir", None)
+    # A tree staged by an older dltune has no record: then the source is scanned for its identity.
+    identity = _recorded_identity(to, name) or local.describe_source(
+        src, "dir", local.scan_tree(src, options.workers or local.NETWORK_WORKERS)
+    )
     size = _reusable_pack(to, name, identity)
     if size is None:
         entries = local.scan_tree(first.path, 1)  # local disk: one thread is fastest
@@ -450,8 +459,7 @@ def node_check(
     here = _here({})
     if not to.is_dir() or not os.access(to, os.W_OK | os.X_OK):
         return NodeOutcome(here, False, f"{to} is not a writable directory on this node (--to)")
-    record = local.read_record(local.record_path(to, name))
-    if (to / name).is_dir() and record is not None and local.same_source(record, identity) is None:
+    if _holds(to, name, identity):
         return NodeOutcome(here, True, "staged")
     tree = max(int(identity.get("bytes", 0)), payload_bytes)
     try:
@@ -480,8 +488,7 @@ def node_finish(
     dest = to / name
     try:
         if not payload.exists():
-            record = local.read_record(local.record_path(to, name))
-            if dest.exists() and record is not None and local.same_source(record, identity) is None:
+            if _holds(to, name, identity):
                 return NodeOutcome(here, True, "already staged", files=int(identity.get("files", 0)))
             return NodeOutcome(here, False, f"{payload} did not arrive (sbcast)")
         if payload_sha256 and not dest.exists() and local.sha256_file(payload) != payload_sha256:
