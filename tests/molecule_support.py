@@ -34,6 +34,17 @@ def only_on(host: Any, *, group: str, why: str, not_hostname: str | None = None)
         pytest.skip(f"{PLATFORM_SKIP}{group}: {why}")
 
 
+def one_worker_per_node(items: list[pytest.Item]) -> None:
+    """Put each node's tests in one pytest-xdist group (`--dist loadgroup`): the nodes are checked in
+    parallel, each node's tests in file order on one worker (a verifier's last file may change its
+    node, e.g. roll it back)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        host = callspec.params.get("_testinfra_host") if callspec is not None else None
+        if host is not None:
+            item.add_marker(pytest.mark.xdist_group(host.backend.get_pytest_id()))
+
+
 def _test_of(nodeid: str) -> str:
     return nodeid.split("[", 1)[0]
 
@@ -46,6 +57,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker sees its own nodes only; the controller receives every report
     nowhere = sorted(set(_platform_skipped) - _ran)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and _platform_skipped:

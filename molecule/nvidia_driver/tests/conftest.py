@@ -17,12 +17,17 @@ from tests.molecule_support import (  # noqa: E402, F401
     PlaybookRun,
     audit_as_user,
     groups_of,
+    one_worker_per_node,
     pytest_runtest_logreport,
     pytest_sessionfinish,
     run_playbook,
 )
 
 __all__ = ["SCENARIO", "PlaybookRun", "audit_as_user", "groups_of", "run_playbook"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    one_worker_per_node(items)
 
 SYS_DIR = "/srv/fake-gpu-sys"
 
