@@ -5,10 +5,10 @@ NICs em1/em2 on the storage bridge of tests/lab/nfs-storage.sh. It is the NFS no
 
 site.yml mounts the export once per VIP for real; a second run of the NFS play changes nothing; each
 VIP has one TCP connection from the planned source address, and the bytes read through each mount
-cross the planned NIC (tap counters on the storage side). playbooks/audit.yml puts the VM in the cluster report beside
-the lab containers, its NFS mounts and routes passing. The audit in the VM passes as an ordinary user;
-then the NFS server is killed and the audit reports every mount as stale within its timeout instead
-of hanging.
+cross the planned NIC (tap counters on the storage side). playbooks/audit.yml puts the VM in the
+cluster report beside the lab containers, its NFS mounts and routes passing. The audit in the VM
+passes as an ordinary user; then the NFS server is killed and the audit reports every mount as stale
+within its timeout instead of hanging.
 
 Part of `make test`: the VM image carries dltune's dependencies in the role's venv (built natively by
 tests/lab/nfs-vm.sh), so the role only adds the dltune wheel under emulation.
