@@ -29,6 +29,7 @@ __all__ = ["SCENARIO", "PlaybookRun", "audit_as_user", "groups_of", "run_playboo
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     one_worker_per_node(items)
 
+
 SYS_DIR = "/srv/fake-gpu-sys"
 
 
