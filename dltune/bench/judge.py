@@ -8,6 +8,7 @@ spec; training is input-bound when real data is >10% slower than synthetic.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -576,13 +577,30 @@ def judge_determinism_refused(message: str, variable_at_start: str | None, devic
     )
 
 
+# The worker's own error is printed before torchrun's summary of the failure, which can alone fill
+# the end of stderr: the evidence keeps the first error's lines and the end.
+FIRST_ERROR = re.compile(r"^.*(Traceback \(most recent call last\)|terminate called|Error|error:).*$", re.M)
+FIRST_ERROR_CHARS, STDERR_TAIL_CHARS = 2000, 1500
+
+
+def stderr_excerpt(stderr: str) -> str:
+    """The first error in a torchrun's stderr (where a worker's own traceback is) and the end."""
+    if len(stderr) <= FIRST_ERROR_CHARS + STDERR_TAIL_CHARS:
+        return stderr
+    tail = stderr[-STDERR_TAIL_CHARS:]
+    first = FIRST_ERROR.search(stderr)
+    if first is None or first.start() >= len(stderr) - STDERR_TAIL_CHARS:
+        return tail
+    return stderr[first.start() : first.start() + FIRST_ERROR_CHARS] + "\n[...]\n" + tail
+
+
 def judge_torchrun_failed(summary: str, stderr: str) -> Result:
     return Result(
         "bench.allreduce",
         Status.ERROR,
         summary,
-        evidence={"stderr": stderr[-2000:]},
-        remedy="see the evidence (torchrun's stderr)",
+        evidence={"stderr": stderr_excerpt(stderr)},
+        remedy="see the evidence (the first worker error in torchrun's stderr, then its end)",
     )
 
 

@@ -405,9 +405,13 @@ def _torchrun(
                 True,
                 f"the data-parallel run timed out after {timeout:.0f} s (its workers stopped)",
             )
+        # Rank 0 renames its result into place once every figure is measured: a worker that fails
+        # after that (in teardown) has not spoiled the measurement.
+        if out.exists():
+            return json.loads(out.read_text()), None
         if failed:
             return None, judge.judge_torchrun_failed(summary, str(stderr))
-        return (json.loads(out.read_text()) if out.exists() else None), None
+        return None, None
 
 
 def start_data_parallel(
