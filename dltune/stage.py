@@ -41,10 +41,11 @@ import gzip
 import hashlib
 import json
 import lzma
+import math
 import mmap
 import os
-import shutil
 import stat
+import sys
 import tarfile
 import threading
 import time
@@ -56,6 +57,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from dltune.dirfd import (
+    UnsafeEntry,
+    derived_name,
+    expect_own,
+    fd_path,
+    lstat_at,
+    open_own_dir,
+    open_own_file,
+    opened_dir,
+    read_own_file,
+    remove_at,
+    walk_below,
+    write_file_atomically,
+)
 from dltune.probes.storage import Space, fstype_of, space_at
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tgz", ".tar")
@@ -269,12 +284,19 @@ def _decompressed(src: Path, raw: Any) -> Any:
 
 def _mtime_ns(member: tarfile.TarInfo) -> int:
     """A member's mtime to the nanosecond: a pax archive (GNU tar --format=posix, dltune's broadcast
-    pack) records it exactly as text, which tarfile's float `mtime` rounds."""
+    pack) records it exactly as text, which tarfile's float `mtime` rounds. A value a timestamp
+    cannot hold (64-bit nanoseconds) is a corrupt header: ValueError."""
     text = member.pax_headers.get("mtime", "")
     try:
-        return int(decimal.Decimal(text).scaleb(9)) if text else int(member.mtime) * 10**9
-    except decimal.InvalidOperation:
-        return int(member.mtime * 1e9)
+        value = int(decimal.Decimal(text).scaleb(9)) if text else int(member.mtime * 10**9)
+    except (decimal.InvalidOperation, ValueError, OverflowError):
+        value = MTIME_LIMIT_NS
+    if not -MTIME_LIMIT_NS < value < MTIME_LIMIT_NS:
+        raise ValueError(f"member {member.name!r}: mtime {text or member.mtime!r} is out of range")
+    return value
+
+
+MTIME_LIMIT_NS = 1 << 63
 
 
 def _member_path(member: tarfile.TarInfo) -> str:
@@ -324,17 +346,6 @@ def preflight(entries: list[Entry], done_bytes: int, done_files: int, space: Spa
         )
 
 
-@contextlib.contextmanager
-def destination_lock(directory: Path, name: str) -> Iterator[None]:
-    """One stager per destination on this node: a second one waits here for the first."""
-    with (directory / f".{name}.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _complete(path: Path, entry: Entry) -> bool:
     try:
         st = path.lstat()
@@ -355,7 +366,7 @@ class _Changed(Exception):
 
 def _temporary(dst: str) -> str:
     head, tail = os.path.split(dst)
-    return os.path.join(head, f".{tail}.dltune-tmp")
+    return os.path.join(head, derived_name(tail, ".dltune-tmp"))
 
 
 def _filled_up(exc: OSError, dst: str) -> StageError:
@@ -548,14 +559,25 @@ def _stream(source: int, target: int, throttle: Throttle = UNLIMITED) -> None:
             return
 
 
-def _remove_strays(partial: Path, wanted: set[str]) -> None:
-    """Files a killed run (or an older dltune's temporaries) left in the partial tree that the
-    source does not have: a resumed stage must end identical to a clean one."""
-    for directory, dirnames, filenames in os.walk(partial):
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(directory, d))]:
-            path = os.path.join(directory, name)
-            if os.path.relpath(path, partial) not in wanted:
-                os.unlink(path)
+def _remove_strays(partial: Path, wanted: dict[str, str]) -> None:
+    """Entries a killed run (or an older dltune's temporaries) left in the partial tree that the
+    source does not have, or has as another kind: a resumed stage must end identical to a clean one.
+    `wanted` maps each relative path to its kind. The walk works on descriptors inside the partial
+    tree (any depth; a link is removed, never followed)."""
+
+    def stray_file(fd: int, relative: str, name: str, st: os.stat_result) -> None:
+        kind = wanted.get(relative)
+        if not (kind == "file" and stat.S_ISREG(st.st_mode)) and not (
+            kind == "link" and stat.S_ISLNK(st.st_mode)
+        ):
+            os.unlink(name, dir_fd=fd)
+
+    def stray_dir(fd: int, relative: str, name: str) -> None:
+        if wanted.get(relative) != "dir":
+            os.rmdir(name, dir_fd=fd)
+
+    with opened_dir(str(partial)) as top:
+        walk_below(top, stray_file, stray_dir)
 
 
 def _batches(todo: list[Entry]) -> list[list[Entry]]:
@@ -650,7 +672,7 @@ def _stage_tree(
         return size
 
     if resume:
-        _remove_strays(partial, {e.relative for e in entries})
+        _remove_strays(partial, {e.relative: e.kind for e in entries})
     copier = dataclasses.replace(copier, fresh=not resume)
     # Large files first: they dominate the tail of a parallel copy. Small ones in inode order: on a
     # cold local disk that is close to the order of their blocks, so reads stream instead of seek.
@@ -746,7 +768,7 @@ def _stage_archive(
                 pass
     except StageError:
         raise
-    except CORRUPT as exc:
+    except (*CORRUPT, KeyError, OverflowError) as exc:  # KeyError: a hard link to a missing member
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise _filled_up(exc, str(partial)) from exc
         raise StageError(
@@ -759,8 +781,12 @@ def _stage_archive(
 # --- the record of what was staged ------------------------------------------------------------
 
 
+RECORD_SUFFIX = ".dltune-source.json"
+
+
 def record_path(to: Path, name: str) -> Path:
-    return to / f".{name}.dltune-source.json"
+    """The record beside DIR/<name>: written only once the dataset under that name is complete."""
+    return to / derived_name(name, RECORD_SUFFIX)
 
 
 def describe_source(src: Path, kind: str, entries: list[Entry] | None) -> dict[str, Any]:
@@ -785,18 +811,35 @@ def describe_source(src: Path, kind: str, entries: list[Entry] | None) -> dict[s
     }
 
 
-def read_record(path: Path) -> dict[str, Any] | None:
+def _parse_record(data: bytes | None) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        parsed = json.loads(data.decode("utf-8")) if data else None
+    except (UnicodeDecodeError, RecursionError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A record of this user's, None when absent or unreadable; a link or another user's file is
+    refused (StageError), never read through."""
+    try:
+        with opened_dir(str(path.parent)) as parent:
+            return _parse_record(read_own_file(parent, path.name, str(path)))
+    except UnsafeEntry as exc:
+        raise StageError(str(exc)) from exc
+    except OSError:
+        return None
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    data = (json.dumps(record, sort_keys=True) + "\n").encode()
+    try:
+        with opened_dir(str(path.parent)) as parent:
+            write_file_atomically(parent, path.name, data, str(path))
+    except UnsafeEntry as exc:
+        raise StageError(str(exc)) from exc
+    except OSError as exc:
+        raise StageError(f"{path}: cannot write dltune's record ({exc.strerror})") from exc
 
 
 def same_source(record: dict[str, Any], now: dict[str, Any]) -> str | None:
@@ -810,11 +853,191 @@ def same_source(record: dict[str, Any], now: dict[str, Any]) -> str | None:
 
 
 def remove_staged(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    """Remove a staged dataset (a tree of any depth, a file), never following a link in it."""
+    try:
+        with opened_dir(str(path.parent)) as parent:
+            remove_at(parent, path.name)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StageError(f"{path}: cannot remove it ({exc.strerror}); nothing else was changed") from exc
+
+
+def check_name(name: str, src: object) -> None:
+    """A dataset's name is one path component: not empty, `.` or `..`, no slash, within NAME_MAX."""
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise StageError(
+            f"{src} resolves to the name {name!r}, which cannot be staged: give the dataset's directory "
+            "by its own name (e.g. ../ds, not .)"
+        )
+    if len(os.fsencode(name)) > NAME_MAX_BYTES:
+        raise StageError(f"{name[:40]}...: a name of over {NAME_MAX_BYTES} bytes cannot be staged")
+
+
+NAME_MAX_BYTES = 255
+
+
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _ancestors(fd: int) -> set[tuple[int, int]]:
+    """The device and inode of the directory `fd` and of each directory above it, up to /."""
+    seen: set[tuple[int, int]] = set()
+    current = os.dup(fd)
+    try:
+        while (ident := _ident(os.fstat(current))) not in seen:
+            seen.add(ident)
+            up = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=current)
+            os.close(current)
+            current = up
+    finally:
+        os.close(current)
+    return seen
+
+
+def refuse_overlap(src: Path, to: Path, name: str, to_fd: int) -> None:
+    """Source and destination must be apart: not the same, neither inside the other, by resolved path
+    and by device and inode (a bind mount or a link reaches the same directory under another name).
+    A destination inside the source would be written into it; a source inside (or equal to) the
+    destination would be removed by --replace."""
+    dest = Path(os.path.realpath(to)) / name
+    real_src = Path(os.path.realpath(src))
+    both = f"source {src} and destination {to / name}"
+    if real_src == dest:
+        raise StageError(f"{both} are the same: stage into another directory (--to)")
+    if real_src in dest.parents:
+        raise StageError(f"{both}: the destination is inside the source; stage into a directory outside it")
+    if dest in real_src.parents:
+        raise StageError(f"{both}: the source is inside the destination; stage into another directory")
+    src_st = src.stat()
+    if _ident(src_st) in _ancestors(to_fd):
+        raise StageError(f"{both}: the destination is inside the source (the same directory by inode)")
+    dest_st = lstat_at(to_fd, name)
+    if dest_st is not None and stat.S_ISDIR(dest_st.st_mode):
+        src_dir = str(src) if src.is_dir() else str(src.parent)
+        with opened_dir(src_dir) as src_fd:
+            if _ident(dest_st) in _ancestors(src_fd):
+                raise StageError(f"{both}: the source is inside the destination (by inode)")
+    elif dest_st is not None and _ident(dest_st) == _ident(src_st):
+        raise StageError(f"{both} are the same file (by inode): stage into another directory (--to)")
+
+
+class Destination:
+    """DIR/<name> and the entries dltune keeps beside it (partial copy, lock, records, the old copy
+    of a --replace), all reached through DIR's open descriptor with links never followed: in a
+    shared scratch directory another user may plant any of those names."""
+
+    def __init__(self, to: Path, name: str) -> None:
+        self.to, self.name = to, name
+        try:
+            self.fd = os.open(to, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise StageError(f"{to}: cannot open the directory ({exc.strerror}) (--to)") from exc
+        self.partial = derived_name(name, ".partial")
+        self.partial_record = derived_name(name, ".partial" + RECORD_SUFFIX)
+        self.record = derived_name(name, RECORD_SUFFIX)
+        self.lock_name = derived_name(name, ".lock")
+        self.aside = derived_name(name, ".dltune-old")
+        try:
+            self._refuse_foreign_as_root()
+        except StageError:
+            os.close(self.fd)
+            raise
+
+    def _refuse_foreign_as_root(self) -> None:
+        """As root, staging refuses a directory that another user owns, or where others can rename
+        root's entries (group/other-writable without the sticky bit): there, an entry planted or
+        swapped could make root overwrite or create files where that user chose. Run it as that user."""
+        if os.geteuid() != 0:
+            return
+        st = os.fstat(self.fd)
+        # A sticky directory (/tmp) keeps others from renaming or removing root's entries; names
+        # they plant first are refused like anywhere else.
+        shared = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
+        if st.st_uid != 0 or shared:
+            owner = f"uid {st.st_uid}" if st.st_uid else "root, and others can rename entries in it"
+            raise StageError(
+                f"{self.to} belongs to {owner}: as root, dltune stage does not write where another user "
+                "can; run it as that user (e.g. runuser -u USER -- dltune stage ...)"
+            )
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> Destination:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def shown(self, entry: str) -> str:
+        return str(self.to / entry)
+
+    def lstat(self, entry: str) -> os.stat_result | None:
+        return lstat_at(self.fd, entry)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """One stager per destination on this node: a second one waits here for the first."""
+        flags = os.O_WRONLY | os.O_CREAT
+        try:
+            fd = open_own_file(self.fd, self.lock_name, self.shown(self.lock_name), flags)
+        except UnsafeEntry as exc:
+            raise StageError(str(exc)) from exc
+        except OSError as exc:
+            raise StageError(
+                f"{self.shown(self.lock_name)}: cannot create the lock ({exc.strerror})"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def read(self, entry: str) -> dict[str, Any] | None:
+        try:
+            return _parse_record(read_own_file(self.fd, entry, self.shown(entry)))
+        except UnsafeEntry as exc:
+            raise StageError(str(exc)) from exc
+        except OSError:
+            return None
+
+    def write(self, entry: str, record: dict[str, Any]) -> None:
+        data = (json.dumps(record, sort_keys=True) + "\n").encode()
+        try:
+            write_file_atomically(self.fd, entry, data, self.shown(entry))
+        except UnsafeEntry as exc:
+            raise StageError(str(exc)) from exc
+        except OSError as exc:
+            raise StageError(f"{self.shown(entry)}: cannot write dltune's record ({exc.strerror})") from exc
+
+    def remove(self, entry: str) -> None:
+        try:
+            remove_at(self.fd, entry)
+        except OSError as exc:
+            raise StageError(f"{self.shown(entry)}: cannot remove it ({exc.strerror})") from exc
+
+    def expect_own(self, entry: str, st: os.stat_result, kind: int) -> None:
+        try:
+            expect_own(st, self.shown(entry), kind)
+        except UnsafeEntry as exc:
+            raise StageError(str(exc)) from exc
+
+    def rename(self, old: str, new: str) -> None:
+        os.rename(old, new, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+
+@contextlib.contextmanager
+def destination_lock(directory: Path, name: str) -> Iterator[None]:
+    """The lock one stager of DIR/<name> holds on this node (a second one waits for it)."""
+    with Destination(directory, name) as place, place.lock():
+        yield
+
+
+def partial_record_path(to: Path, name: str) -> Path:
+    """What a partial copy is of: written before the partial copy is made, removed after the rename."""
+    return to / derived_name(name, ".partial" + RECORD_SUFFIX)
 
 
 # long: argument checks, lock, and the three source kinds, each refusing before anything changes
@@ -849,70 +1072,213 @@ def stage(
         )
     if not (src.is_dir() or src.is_file()):
         raise StageError(f"{src} is neither a directory nor a regular file")
-    if bwlimit is not None and bwlimit < 0:
-        raise StageError(f"--bwlimit {bwlimit}: give MB/s above 0 (or 0 for no limit)")
+    check_bwlimit(bwlimit)
     kind = "archive" if is_archive(src) else "dir" if src.is_dir() else "file"
+    if kind == "archive":
+        require_data_filter()
     name = name or staged_name(src)
-    local_source = is_local(src)
-    workers = workers or default_workers(src, local_source)
-    dest, partial = to / name, to / f".{name}.partial"
-    record_file = record_path(to, name)
-    start = time.monotonic()
-    with destination_lock(to, name):
-        entries = scan_tree(src, 1 if local_source else workers) if kind == "dir" else None
-        identity = identity or describe_source(src, kind, entries)
-        record = read_record(record_file)
-        if dest.exists() or partial.exists():
-            mismatch = same_source(record, identity) if record is not None else None
-            if mismatch and not replace:
-                held = dest if dest.exists() else partial
-                raise StageError(
-                    f"{held} {mismatch}: give --replace to stage {src} in its place, or another --to"
-                )
-            if mismatch:
-                remove_staged(dest)
-                remove_staged(partial)
-        if dest.exists():
-            summary = Summary(dest, notes=["already staged"])
-            if record is None:
-                summary.notes.append("no record of its source (staged by an older dltune)")
-            if verify:
-                if kind == "dir":
-                    verify_tree(entries or [], src, dest, checksum)
-                elif kind == "file":
-                    verify_tree([Entry(name, "file", src.stat().st_size)], None, to, False)
-                summary.verified = True
-            summary.seconds = time.monotonic() - start
-            return summary
-        write_record(record_file, {**identity, "complete": False})
-        chunk_pool = ThreadPoolExecutor(max_workers=min(CHUNK_THREADS, max(1, workers)))
-        job = _Job(
-            src,
-            dest,
-            partial,
-            workers,
-            verify,
-            checksum,
-            space,
-            on_total,
-            progress or (lambda _n: None),
-            Copier(Throttle(bwlimit), chunk_pool),
+    check_name(name, src)
+    with Destination(to, name) as place:
+        refuse_overlap(src, to, name, place.fd)
+        local_source = is_local(src)
+        workers = workers or default_workers(src, local_source)
+        start = time.monotonic()
+        with place.lock():
+            entries = scan_tree(src, 1 if local_source else workers) if kind == "dir" else None
+            identity = identity or describe_source(src, kind, entries)
+            staged = already_staged(place, identity, replace)
+            if staged is not None:
+                if verify:
+                    _verify_staged(place, kind, src, entries, checksum)
+                    staged.verified = True
+                staged.seconds = time.monotonic() - start
+                return staged
+            summary = _stage_into_partial(
+                place,
+                src,
+                kind,
+                entries,
+                identity,
+                replace,
+                _Options(workers, verify, checksum, space, on_total, progress or (lambda _n: None), bwlimit),
+            )
+        summary.seconds = time.monotonic() - start
+        return summary
+
+
+def check_bwlimit(bwlimit: float | None) -> None:
+    if bwlimit is not None and not (math.isfinite(bwlimit) and 0 <= bwlimit <= MAX_BWLIMIT):
+        raise StageError(f"--bwlimit {bwlimit}: give MB/s from 0 (no limit) to {MAX_BWLIMIT:.0f}")
+
+
+# A limit above this (1 TB/s) is no limit: a larger or non-finite value is a typo.
+MAX_BWLIMIT = 1e6
+
+
+def require_data_filter() -> None:
+    """tarfile's `data` filter (Python 3.10.12, 3.11.4, 3.12+) is what makes extraction safe."""
+    if not hasattr(tarfile, "data_filter"):
+        raise StageError(
+            f"archives are staged only with tarfile's data filter, which Python {sys.version.split()[0]} "
+            "lacks: use Python 3.10.12, 3.11.4, 3.12 or newer (or extract it and stage the directory)"
         )
-        try:
-            if kind == "file":
-                summary = _stage_file(job)
-            elif kind == "archive":
-                summary = _stage_archive_into(job)
-            else:
-                summary = _stage_dir(job, entries or [])
-        except StageError:
-            if not partial.exists() and not dest.exists():
-                record_file.unlink(missing_ok=True)  # refused before copying: leave no trace
-            raise
-        finally:
-            chunk_pool.shutdown(wait=True, cancel_futures=True)
-        write_record(record_file, {**identity, "complete": True})
-    summary.seconds = time.monotonic() - start
+
+
+def already_staged(place: Destination, identity: dict[str, Any], replace: bool) -> Summary | None:
+    """The dataset as staged, when DIR/<name> holds this source complete; None when it must be
+    staged. What stands under the name and is not this source is refused, or with `replace` moved
+    aside (one rename: a kill leaves the old copy whole under another name, or nothing)."""
+    leftover = place.lstat(place.aside)
+    if leftover is not None:  # a --replace killed after moving the old copy aside
+        place.expect_own(place.aside, leftover, stat.S_IFMT(leftover.st_mode))
+        place.remove(place.aside)
+    dest_st = place.lstat(place.name)
+    if dest_st is None:
+        return None
+    place.expect_own(place.name, dest_st, stat.S_IFMT(dest_st.st_mode))
+    record = place.read(place.record)
+    mismatch: str | None = "was not staged by dltune (no record of its source beside it)"
+    if record is not None and record.get("complete"):
+        mismatch = same_source(record, identity)
+    if mismatch is None:
+        return Summary(Path(place.shown(place.name)), notes=["already staged"])
+    if not replace:
+        raise StageError(
+            f"{place.shown(place.name)} {mismatch}: give --replace to stage in its place, or another --to"
+        )
+    place.rename(place.name, place.aside)
+    return None
+
+
+def _verify_staged(
+    place: Destination, kind: str, src: Path, entries: list[Entry] | None, checksum: bool
+) -> None:
+    dest = Path(place.shown(place.name))
+    if kind == "dir":
+        verify_tree(entries or [], src, dest, checksum)
+    elif kind == "file":
+        size = src.stat().st_size
+        verify_tree(
+            [Entry(place.name, "file", size)],
+            None,
+            place.to,
+            checksum,
+            {place.name: sha256_file(src)} if checksum else None,
+        )
+    elif checksum:
+        raise StageError(
+            f"{dest}: an archive's staged tree is checked against the digests taken while it was "
+            "extracted; to check it again, stage it with --replace --verify --checksum"
+        )
+
+
+@dataclass(frozen=True)
+class _Options:
+    workers: int
+    verify: bool
+    checksum: bool
+    space: Callable[[Path], Space]
+    on_total: Callable[[int], Any] | None
+    advance: Progress
+    bwlimit: float | None
+
+
+# long: the partial copy's life in order: its record, its tree, the record, the rename, the cleanup
+def _stage_into_partial(
+    place: Destination,
+    src: Path,
+    kind: str,
+    entries: list[Entry] | None,
+    identity: dict[str, Any],
+    replace: bool,
+    options: _Options,
+) -> Summary:
+    """Stage into the partial copy (resumed when it is this source's), then: the record, written
+    only now that the dataset is complete, the rename to the final name, and the removal of what a
+    --replace moved aside."""
+    partial_st = place.lstat(place.partial)
+    if partial_st is not None:
+        place.expect_own(place.partial, partial_st, stat.S_IFDIR if kind != "file" else stat.S_IFREG)
+        # An older dltune kept the partial copy's source in the record itself, marked incomplete.
+        old = place.read(place.record)
+        record = place.read(place.partial_record) or (old if old and not old.get("complete") else None)
+        mismatch = same_source(record, identity) if record else "is not a partial copy dltune recorded"
+        if mismatch and not replace:
+            raise StageError(
+                f"{place.shown(place.partial)} {mismatch}: give --replace to stage {src} in its place"
+            )
+        if mismatch:
+            place.remove(place.partial)
+    fresh = place.lstat(place.partial) is None
+    place.write(place.partial_record, identity)
+    chunk_pool = ThreadPoolExecutor(max_workers=min(CHUNK_THREADS, max(1, options.workers)))
+    copier = Copier(Throttle(options.bwlimit), chunk_pool)
+    try:
+        summary = _stage_kind(place, src, kind, entries, options, copier)
+    except StageError as exc:
+        if fresh and _empty_or_absent(place):
+            place.remove(place.partial)  # refused before copying: leave no trace
+            place.remove(place.partial_record)
+        raise StageError(str(exc).replace(fd_path(place.fd), str(place.to))) from exc
+    finally:
+        chunk_pool.shutdown(wait=True, cancel_futures=True)
+    place.write(place.record, {**identity, "complete": True})
+    place.rename(place.partial, place.name)
+    place.remove(place.partial_record)
+    place.remove(place.aside)
+    summary.path = Path(place.shown(place.name))
+    return summary
+
+
+def _empty_or_absent(place: Destination) -> bool:
+    st = place.lstat(place.partial)
+    if st is None:
+        return True
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size == 0
+    with contextlib.suppress(OSError), opened_dir(fd_path(place.fd) + "/" + place.partial) as fd:
+        return not os.listdir(fd)
+    return False
+
+
+def _stage_kind(
+    place: Destination, src: Path, kind: str, entries: list[Entry] | None, options: _Options, copier: Copier
+) -> Summary:
+    here = Path(fd_path(place.fd))
+    job = _Job(
+        src,
+        here / place.name,
+        here / place.partial,
+        options.workers,
+        options.verify,
+        options.checksum,
+        options.space,
+        options.on_total,
+        options.advance,
+        copier,
+    )
+    if kind == "file":
+        return _stage_file(job)
+    fresh = place.lstat(place.partial) is None
+    if fresh:
+        os.mkdir(place.partial, 0o700, dir_fd=place.fd)
+    try:
+        partial_fd = open_own_dir(place.fd, place.partial, place.shown(place.partial))
+    except UnsafeEntry as exc:
+        raise StageError(str(exc)) from exc
+    try:
+        # Inside the partial copy, paths go through its descriptor: another user who can write to
+        # DIR cannot swap the partial copy's name for a link while the workers write below it.
+        job = dataclasses.replace(job, partial=Path(fd_path(partial_fd)), dest=Path(place.shown(place.name)))
+        summary = (
+            _stage_archive_into(job, fresh) if kind == "archive" else _stage_dir(job, entries or [], fresh)
+        )
+        # Made 0700 while incomplete (nobody else writes below it); now as a directory of this user's.
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.fchmod(partial_fd, 0o777 & ~mask)
+    finally:
+        os.close(partial_fd)
     return summary
 
 
@@ -931,20 +1297,14 @@ class _Job:
 
 
 def _checked_room(job: _Job, entries: list[Entry], done: list[Entry], fresh: bool) -> None:
-    """The preflight; a refusal before anything was copied leaves no trace."""
+    """The preflight (a refusal before anything was copied leaves the empty partial copy, which the
+    caller removes with its record)."""
     here = job.space(job.dest.parent)
     block = max(here.block_size, 1)
-    try:
-        preflight(entries, sum(allocated(e.size, block) for e in done), len(done), here, job.dest.parent)
-    except StageError:
-        if fresh and job.partial.is_dir():
-            job.partial.rmdir()
-        raise
+    preflight(entries, sum(allocated(e.size, block) for e in done), len(done), here, job.dest.parent)
 
 
-def _stage_dir(job: _Job, entries: list[Entry]) -> Summary:
-    fresh = not job.partial.exists()
-    job.partial.mkdir(exist_ok=True)
+def _stage_dir(job: _Job, entries: list[Entry], fresh: bool) -> Summary:
     # A partial tree left by a killed run: its complete files are kept (a fresh one has none).
     done = (
         [] if fresh else [e for e in entries if e.kind == "file" and _complete(job.partial / e.relative, e)]
@@ -959,13 +1319,10 @@ def _stage_dir(job: _Job, entries: list[Entry]) -> Summary:
     if job.verify:
         verify_tree(entries, job.src, job.partial, job.checksum)
         summary.verified = True
-    os.rename(job.partial, job.dest)
     return summary
 
 
-def _stage_archive_into(job: _Job) -> Summary:
-    fresh = not job.partial.exists()
-    job.partial.mkdir(exist_ok=True)
+def _stage_archive_into(job: _Job, fresh: bool) -> Summary:
     # Read once: the archive's own size is the least the extracted tree needs; ENOSPC during the
     # extraction is a clean error that keeps the partial tree.
     _checked_room(job, [Entry(job.src.name, "file", job.src.stat().st_size)], [], fresh)
@@ -978,17 +1335,14 @@ def _stage_archive_into(job: _Job) -> Summary:
     # Structure: every regular member is there at its size (and, asked, at its digest).
     verify_tree(read.entries, None, job.partial, checksum, read.digests if checksum else None)
     summary.verified = job.verify
-    os.rename(job.partial, job.dest)
     return summary
 
 
 def _stage_file(job: _Job) -> Summary:
     """One file (an HDF5 file, an LMDB data file, a WebDataset shard): copied as `.<name>.partial`,
-    checked, renamed to `<name>`."""
+    checked, renamed to `<name>` by the caller."""
     st = job.src.stat()
     entry = Entry(job.dest.name, "file", st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
-    if job.partial.is_dir():
-        shutil.rmtree(job.partial)
     _checked_room(job, [entry], [], fresh=False)
     if job.on_total:
         job.on_total(entry.size)
@@ -996,14 +1350,13 @@ def _stage_file(job: _Job) -> Summary:
     job.advance(entry.size)
     summary = Summary(job.dest, files=1, bytes=entry.size)
     if job.verify:
-        if job.partial.stat().st_size != entry.size or (
+        if job.partial.lstat().st_size != entry.size or (
             job.checksum and sha256_file(job.src) != sha256_file(job.partial)
         ):
             raise StageError(
                 f"verification failed for {job.dest.name}; the partial copy {job.partial} is kept"
             )
         summary.verified = True
-    os.rename(job.partial, job.dest)
     return summary
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from dltune import stage as local
+from dltune.dirfd import derived_name, expect_own, lstat_at, open_own_file, opened_dir
 from dltune.probes.storage import Space, space_at
 
 NODE_LINE = "DLTUNE-NODE "
@@ -112,17 +113,17 @@ def payload_suffix(src: Path) -> str:
 
 def delivered_path(to: Path, name: str, suffix: str) -> Path:
     """Where sbcast puts the payload on every node: beside the dataset, hidden, never inside it."""
-    return to / f".{name}.dltune-broadcast{suffix}"
+    return to / derived_name(name, f".dltune-broadcast{suffix}")
 
 
 def pack_path(to: Path, name: str) -> Path:
     """The first node's tar of its staged directory: not the delivered path, which sbcast writes on
     the first node too (sending a file onto itself would truncate what it reads)."""
-    return to / f".{name}.dltune-pack.tar"
+    return to / derived_name(name, ".dltune-pack.tar")
 
 
 def pack_record_path(to: Path, name: str) -> Path:
-    return to / f".{name}.dltune-pack.json"
+    return to / derived_name(name, ".dltune-pack.json")
 
 
 def packed_size(entries: Sequence[local.Entry]) -> int:
@@ -163,28 +164,42 @@ def _member(tree: Path, relative: str) -> tuple[tarfile.TarInfo, Path]:
 
 def pack_tree(tree: Path, entries: Sequence[local.Entry], archive: Path) -> int:
     """Pack the staged `tree` (local disk: read fast, and not the shared source) into `archive`,
-    written as `.partial` and renamed when complete; returns its size."""
-    partial = archive.with_name(archive.name + ".partial")
-    with tarfile.TarFile(partial, "w", format=tarfile.PAX_FORMAT, copybufsize=8 << 20) as tar:
-        for entry in sorted(entries, key=lambda e: e.relative):
-            info, path = _member(tree, entry.relative)
-            if info.isfile():
-                with path.open("rb") as data:
-                    tar.addfile(info, data)
-            else:
-                tar.addfile(info)
-    os.replace(partial, archive)
-    return archive.stat().st_size
+    written as `.partial` (created exclusively, never through a link) and renamed when complete;
+    returns its size."""
+    partial = derived_name(archive.name, ".partial", prefix="")
+    with opened_dir(str(archive.parent)) as parent:
+        stale = lstat_at(parent, partial)
+        if stale is not None:
+            expect_own(stale, str(archive.parent / partial), stat.S_IFREG)
+            os.unlink(partial, dir_fd=parent)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        fd = open_own_file(parent, partial, str(archive.parent / partial), flags, 0o600)
+        with (
+            os.fdopen(fd, "wb") as out,
+            tarfile.TarFile(fileobj=out, mode="w", format=tarfile.PAX_FORMAT, copybufsize=8 << 20) as tar,
+        ):
+            for entry in sorted(entries, key=lambda e: e.relative):
+                info, path = _member(tree, entry.relative)
+                if info.isfile():
+                    with path.open("rb") as data:
+                        tar.addfile(info, data)
+                else:
+                    tar.addfile(info)
+        os.replace(partial, archive.name, src_dir_fd=parent, dst_dir_fd=parent)
+        return os.stat(archive.name, dir_fd=parent, follow_symlinks=False).st_size
 
 
 def _reusable_pack(to: Path, name: str, identity: dict[str, Any]) -> int | None:
     """The size of the first node's pack when a killed or failed run left it complete for this
     source as it is now (a rerun then reads nothing from the shared filesystem)."""
     try:
-        record = json.loads(pack_record_path(to, name).read_text(encoding="utf-8"))
-        size = pack_path(to, name).stat().st_size
-    except (OSError, ValueError):
+        record = local.read_record(pack_record_path(to, name))
+        st = pack_path(to, name).lstat()
+    except (OSError, local.StageError):
         return None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        return None
+    size = st.st_size
     fits = isinstance(record, dict) and record.get("identity") == identity and record.get("bytes") == size
     return size if fits else None
 
@@ -193,10 +208,10 @@ def _pack_digest(to: Path, name: str) -> str:
     """The pack's SHA-256, kept in its record (a rerun does not hash it again): with --checksum,
     each node compares the copy sbcast delivered with it before extracting."""
     record_file = pack_record_path(to, name)
-    record = json.loads(record_file.read_text(encoding="utf-8"))
+    record = local.read_record(record_file) or {}
     if not record.get("sha256"):
         record["sha256"] = local.sha256_file(pack_path(to, name))
-        record_file.write_text(json.dumps(record) + "\n", encoding="utf-8")
+        local.write_record(record_file, record)
     return str(record["sha256"])
 
 
@@ -210,8 +225,12 @@ def _recorded_identity(to: Path, name: str) -> dict[str, Any] | None:
 
 def _holds(to: Path, name: str, identity: dict[str, Any]) -> bool:
     """Whether `to`/`name` is this source, staged (its record says so)."""
-    record = local.read_record(local.record_path(to, name))
-    return (to / name).exists() and record is not None and local.same_source(record, identity) is None
+    try:
+        record = local.read_record(local.record_path(to, name))
+    except local.StageError:
+        return False
+    complete = record is not None and record.get("complete") is True
+    return os.path.lexists(to / name) and complete and local.same_source(record or {}, identity) is None
 
 
 def _drop_pack(to: Path, name: str) -> None:
@@ -386,7 +405,7 @@ def _prepare(
         _check_pack_room(to, entries)
         size = pack_tree(first.path, entries, pack_path(to, name))
         record = {"identity": identity, "bytes": size}
-        pack_record_path(to, name).write_text(json.dumps(record) + "\n", encoding="utf-8")
+        local.write_record(pack_record_path(to, name), record)
     else:
         say(f"{_here(env)}: reusing the pack of {name} left by the previous run")
     digest = _pack_digest(to, name) if options.checksum else ""
@@ -454,13 +473,18 @@ def node_check(
     identity: dict[str, Any],
     payload_bytes: int,
     space: Callable[[Path], Space] = space_at,
+    delivered: Path | None = None,
 ) -> NodeOutcome:
-    """Is the dataset already staged here; if not, is there room for the payload and the tree?"""
+    """Is the dataset already staged here; if not, is there room for the payload and the tree? A
+    link planted where the dataset or sbcast's delivery goes fails the node before anything is sent."""
     here = _here({})
     if not to.is_dir() or not os.access(to, os.W_OK | os.X_OK):
         return NodeOutcome(here, False, f"{to} is not a writable directory on this node (--to)")
     if _holds(to, name, identity):
         return NodeOutcome(here, True, "staged")
+    for planted in (to / name, delivered or to / name):
+        if os.path.islink(planted):
+            return NodeOutcome(here, False, f"{planted} is a symbolic link; dltune never makes one there")
     tree = max(int(identity.get("bytes", 0)), payload_bytes)
     try:
         local.preflight(
@@ -510,27 +534,25 @@ def _finish_file(
     payload: Path, to: Path, name: str, identity: dict[str, Any], options: Options
 ) -> local.Summary:
     """A single file arrives whole (sbcast --preserve keeps its mode and mtime): checked against the
-    source's size, then renamed into place; no second local copy."""
-    dest = to / name
-    record_file = local.record_path(to, name)
-    with local.destination_lock(to, name):
-        record = local.read_record(record_file)
-        if dest.exists():
-            mismatch = local.same_source(record, identity) if record is not None else "has no record"
-            if mismatch is None:
-                return local.Summary(dest, notes=["already staged"])
-            if not options.replace:
-                raise local.StageError(f"{dest} {mismatch}: give --replace to stage it in its place")
-            local.remove_staged(dest)
-        size = payload.stat().st_size
-        if size != identity.get("bytes"):
+    source's size, then renamed into place (no second local copy), its record written first."""
+    local.check_name(name, name)
+    with local.Destination(to, name) as place, place.lock():
+        staged = local.already_staged(place, identity, options.replace)
+        if staged is not None:
+            return staged
+        arrived = place.lstat(payload.name)
+        if arrived is None or payload.parent != to:
+            raise local.StageError(f"{payload} did not arrive (sbcast)")
+        place.expect_own(payload.name, arrived, stat.S_IFREG)
+        if arrived.st_size != identity.get("bytes"):
             raise local.StageError(
-                f"{payload}: {size} bytes arrived, the source has {identity.get('bytes')}; rerun to resend"
+                f"{payload}: {arrived.st_size} bytes arrived, the source has {identity.get('bytes')}; "
+                "rerun to resend"
             )
-        local.write_record(record_file, {**identity, "complete": False})
-        os.replace(payload, dest)
-        local.write_record(record_file, {**identity, "complete": True})
-    return local.Summary(dest, files=1, bytes=size, verified=options.verify)
+        place.write(place.record, {**identity, "complete": True})
+        place.rename(payload.name, place.name)
+        place.remove(place.aside)
+    return local.Summary(to / name, files=1, bytes=arrived.st_size, verified=options.verify)
 
 
 def node_direct(src: Path, to: Path, name: str, options: Options) -> NodeOutcome:

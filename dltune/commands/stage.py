@@ -205,7 +205,7 @@ def stage_node(
     options = stage_broadcast.Options(workers, verify, checksum, replace, bwlimit or None)
     source_identity = json.loads(identity)
     if step == "check":
-        outcome = stage_broadcast.node_check(to, name, source_identity, payload_bytes)
+        outcome = stage_broadcast.node_check(to, name, source_identity, payload_bytes, delivered=payload)
     elif step == "finish" and payload is not None:
         outcome = stage_broadcast.node_finish(payload, to, name, source_identity, options, payload_sha256)
     elif step == "direct" and source is not None:

@@ -54,6 +54,17 @@ def tree_state(root: Path) -> dict[str, tuple[object, ...]]:
     return state
 
 
+def killed_partial(src: Path, local: Path) -> Path:
+    """What a run killed while copying leaves: the record of what its partial copy is of, and the
+    partial directory (the caller fills it as the kill left it)."""
+    local.mkdir(parents=True, exist_ok=True)
+    identity = stage.describe_source(src, "dir", stage.scan_tree(src))
+    stage.partial_record_path(local, src.name).write_text(json.dumps(identity))
+    partial = local / f".{src.name}.partial"
+    partial.mkdir()
+    return partial
+
+
 def test_directory_is_copied_whole_with_modes_mtimes_and_links(tmp_path: Path) -> None:
     src = make_dataset(tmp_path / "shared")
     (tmp_path / "local").mkdir()
@@ -70,8 +81,7 @@ def test_rerun_after_a_kill_resumes_and_ends_identical(tmp_path: Path) -> None:
     src = make_dataset(tmp_path / "shared")
     local = tmp_path / "local"
     local.mkdir()
-    partial = local / ".imagenet-mini.partial"
-    partial.mkdir()
+    partial = killed_partial(src, local)
     (partial / "class0").mkdir()
     done = src / "class0/img0000.bin"
     (partial / "class0/img0000.bin").write_bytes(done.read_bytes())
@@ -397,8 +407,7 @@ def test_a_resume_replaces_files_instead_of_rewriting_them(tmp_path: Path) -> No
     src = make_dataset(tmp_path / "shared", files=4)
     os.chmod(src / "labels.txt", 0o444)
     local = tmp_path / "local"
-    partial = local / ".imagenet-mini.partial"
-    partial.mkdir(parents=True)
+    partial = killed_partial(src, local)
     stale = partial / "labels.txt"
     stale.write_text("half")
     os.chmod(stale, 0o444)
@@ -549,8 +558,7 @@ def test_as_an_ordinary_user_a_read_only_partial_file_does_not_block_the_resume(
     src = make_dataset(open_tmp / "shared", files=4)
     os.chmod(src / "labels.txt", 0o444)
     local = open_tmp / "local"
-    partial = local / ".imagenet-mini.partial"
-    partial.mkdir(parents=True)
+    partial = killed_partial(src, local)
     (partial / "labels.txt").write_text("half")
     os.chmod(partial / "labels.txt", 0o444)
     chown_tree(open_tmp)

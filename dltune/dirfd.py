@@ -1,0 +1,275 @@
+"""Filesystem work relative to open directory descriptors, for code that writes where another user can
+write (shared scratch) or that runs as root in a user's directory.
+
+Every entry is reached from a descriptor with O_NOFOLLOW (a link planted under a name dltune uses is
+never followed), trees are walked and removed iteratively (any depth: no recursion, and one
+descriptor held at a time, going back up through ".." checked against the device and inode it came
+down from), and names dltune derives from a dataset's name stay within NAME_MAX.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+NAME_MAX = 255
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# A digest of the full name replaces the tail of a derived name that would not fit in NAME_MAX.
+DIGEST_CHARS = 16
+
+
+class UnsafeEntry(Exception):
+    """An entry dltune would use is not what dltune makes (a link, another owner, another kind)."""
+
+
+def derived_name(name: str, suffix: str, prefix: str = ".") -> str:
+    """`prefix + name + suffix`, or, where that is longer than NAME_MAX bytes, the name cut (on a
+    character boundary) and followed by `~` and a digest of the whole name: distinct names keep
+    distinct derived names, and the suffix is always kept."""
+    whole = f"{prefix}{name}{suffix}"
+    if len(os.fsencode(whole)) <= NAME_MAX:
+        return whole
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:DIGEST_CHARS]
+    room = NAME_MAX - len(os.fsencode(f"{prefix}~{digest}{suffix}"))
+    cut = os.fsencode(name)[: max(room, 0)]
+    while cut:
+        try:
+            head = os.fsdecode(cut)
+            if os.fsencode(head) == cut:
+                break
+        except UnicodeDecodeError:
+            pass
+        cut = cut[:-1]
+    return f"{prefix}{os.fsdecode(cut)}~{digest}{suffix}"
+
+
+def lstat_at(parent: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def expect_own(st: os.stat_result, shown: str, kind: int) -> None:
+    """Refuse an existing entry that is a link, of another kind, or not owned by this user: dltune
+    made none of those."""
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeEntry(f"{shown} is a symbolic link; dltune never makes one there: remove it")
+    if stat.S_IFMT(st.st_mode) != kind:
+        what = "a directory" if kind == stat.S_IFDIR else "a regular file"
+        raise UnsafeEntry(f"{shown} is not {what} as dltune makes it: remove it")
+    if st.st_uid != os.geteuid():
+        raise UnsafeEntry(f"{shown} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})")
+
+
+def open_own_dir(parent: int, name: str, shown: str) -> int:
+    """An existing directory this user owns, opened without following a link; refused otherwise."""
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafeEntry(
+                f"{shown} is not a directory dltune made (a link or a file): remove it"
+            ) from exc
+        raise
+    try:
+        expect_own(os.fstat(fd), shown, stat.S_IFDIR)
+    except UnsafeEntry:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_own_file(parent: int, name: str, shown: str, flags: int, mode: int = 0o600) -> int:
+    """A regular file of this user's, created if absent (flags may hold O_CREAT/O_EXCL), never
+    through a link; refused if it exists as anything else."""
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeEntry(f"{shown} is a symbolic link; dltune never makes one there: remove it") from exc
+        raise
+    try:
+        expect_own(os.fstat(fd), shown, stat.S_IFREG)
+    except UnsafeEntry:
+        os.close(fd)
+        raise
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_own_file(parent: int, name: str, shown: str, limit: int = 1 << 20) -> bytes | None:
+    """The content of a small file of this user's, None if absent; refused if not regular or not ours."""
+    try:
+        fd = open_own_file(parent, name, shown, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def write_file_atomically(parent: int, name: str, data: bytes, shown: str) -> None:
+    """`name` replaced by `data` through an exclusive temporary beside it (a planted temporary is
+    refused, never written through)."""
+    existing = lstat_at(parent, name)
+    if existing is not None:
+        expect_own(existing, shown, stat.S_IFREG)
+    temporary = derived_name(name, ".tmp", prefix="")
+    stale = lstat_at(parent, temporary)
+    if stale is not None:
+        expect_own(stale, f"{shown}.tmp", stat.S_IFREG)
+        os.unlink(temporary, dir_fd=parent)
+    fd = open_own_file(parent, temporary, f"{shown}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=parent)
+        raise
+    os.close(fd)
+    os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+
+
+@dataclass
+class _Level:
+    """One directory on the walk's way down: its name in its parent, identity, and what is left."""
+
+    name: str
+    relative: str
+    ident: tuple[int, int]
+    pending: list[str] = field(default_factory=list)
+
+
+Visit = Callable[[int, str, str, os.stat_result], None]
+Leave = Callable[[int, str, str], None]
+
+
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _open_below(parent: int, name: str, want: tuple[int, int] | None = None) -> int:
+    fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+    st = os.fstat(fd)
+    if want is not None and _ident(st) != want:
+        os.close(fd)
+        raise UnsafeEntry(f"{name} was replaced while it was walked")
+    if st.st_uid == os.geteuid() and st.st_mode & stat.S_IRWXU != stat.S_IRWXU:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)  # our own 0500 directory: let us in
+    return fd
+
+
+def walk_below(top: int, visit: Visit, leave: Leave | None = None) -> None:
+    """Every entry below the open directory `top`, iteratively: `visit(dir_fd, relative, name,
+    lstat)` for each non-directory (links included, never followed), then `leave(parent_fd,
+    relative, name)` for each directory below `top` once its content has been visited. One
+    descriptor is open at a time whatever the depth; going up, ".." must be the directory the walk
+    came down from, or the walk stops (a directory moved under it cannot lead it elsewhere).
+    Directories on another filesystem are visited as entries, not entered."""
+    top_st = os.fstat(top)
+    device = top_st.st_dev
+    current = os.dup(top)
+    levels = [_Level("", "", _ident(top_st))]
+    try:
+        levels[0].pending = _visit_entries(current, "", device, visit)
+        while True:
+            level = levels[-1]
+            if level.pending:
+                name = level.pending.pop()
+                child_st = os.stat(name, dir_fd=current, follow_symlinks=False)
+                child = _open_below(current, name, _ident(child_st))
+                os.close(current)
+                current = child
+                relative = f"{level.relative}/{name}" if level.relative else name
+                levels.append(_Level(name, relative, _ident(child_st)))
+                levels[-1].pending = _visit_entries(current, relative, device, visit)
+                continue
+            if len(levels) == 1:
+                return
+            levels.pop()
+            up = _open_below(current, "..", levels[-1].ident)
+            os.close(current)
+            current = up
+            if leave is not None:
+                leave(current, level.relative, level.name)
+    finally:
+        os.close(current)
+
+
+def walk_at(parent: int, name: str, visit: Visit, leave: Leave | None = None) -> None:
+    """walk_below for parent/name (relative paths are relative to it), then leave(parent, name,
+    name) for it; a non-directory is visited alone."""
+    st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        visit(parent, name, name, st)
+        return
+    fd = _open_below(parent, name, _ident(st))
+    try:
+        walk_below(fd, visit, leave)
+    finally:
+        os.close(fd)
+    if leave is not None:
+        leave(parent, name, name)
+
+
+def _visit_entries(fd: int, relative: str, device: int, visit: Visit) -> list[str]:
+    """Visit the non-directories in `fd`; return the subdirectories (on the same filesystem) to enter."""
+    subdirs = []
+    with os.scandir(fd) as entries:
+        names = [entry.name for entry in entries]
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        path = f"{relative}/{name}" if relative else name
+        if stat.S_ISDIR(st.st_mode) and st.st_dev == device:
+            subdirs.append(name)
+        else:
+            visit(fd, path, name, st)
+    return subdirs
+
+
+def remove_at(parent: int, name: str) -> None:
+    """Remove parent/name, a file, a link or a whole tree, never following a link and whatever the
+    depth. A mount point below is not crossed: the removal stops there with OSError(EBUSY)."""
+    st = lstat_at(parent, name)
+    if st is None:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=parent)
+        return
+
+    def unlink(fd: int, relative: str, entry: str, entry_st: os.stat_result) -> None:
+        if stat.S_ISDIR(entry_st.st_mode):  # another filesystem mounted here
+            raise OSError(errno.EBUSY, f"{relative}: another filesystem is mounted there")
+        os.unlink(entry, dir_fd=fd)
+
+    walk_at(parent, name, unlink, lambda fd, _relative, entry: os.rmdir(entry, dir_fd=fd))
+
+
+@contextlib.contextmanager
+def opened_dir(path: str) -> Iterator[int]:
+    """A directory given by the user (links in its path are the user's choice), held open."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def fd_path(fd: int) -> str:
+    """A path that reaches the open directory `fd` itself whatever its name becomes meanwhile
+    (procfs's link to the descriptor), for library calls that take paths (tarfile, os.walk)."""
+    return f"/proc/self/fd/{fd}"
