@@ -559,21 +559,27 @@ def _stream(source: int, target: int, throttle: Throttle = UNLIMITED) -> None:
             return
 
 
-def _remove_strays(partial: Path, wanted: dict[str, str]) -> None:
+def _remove_strays(partial: Path, wanted: dict[str, Entry]) -> None:
     """Entries a killed run (or an older dltune's temporaries) left in the partial tree that the
-    source does not have, or has as another kind: a resumed stage must end identical to a clean one.
-    `wanted` maps each relative path to its kind. The walk works on descriptors inside the partial
-    tree (any depth; a link is removed, never followed)."""
+    source does not have, or has as another kind (or a link to another target): a resumed stage must
+    end identical to a clean one. `wanted` maps each relative path to the source's entry. The walk
+    works on descriptors inside the partial tree (any depth; a link is removed, never followed)."""
+
+    def keep(entry: Entry | None, fd: int, name: str, st: os.stat_result) -> bool:
+        if entry is None:
+            return False
+        if entry.kind == "file":
+            return stat.S_ISREG(st.st_mode)
+        is_link = entry.kind == "link" and stat.S_ISLNK(st.st_mode)
+        return is_link and os.readlink(name, dir_fd=fd) == entry.target
 
     def stray_file(fd: int, relative: str, name: str, st: os.stat_result) -> None:
-        kind = wanted.get(relative)
-        if not (kind == "file" and stat.S_ISREG(st.st_mode)) and not (
-            kind == "link" and stat.S_ISLNK(st.st_mode)
-        ):
+        if not keep(wanted.get(relative), fd, name, st):
             os.unlink(name, dir_fd=fd)
 
     def stray_dir(fd: int, relative: str, name: str) -> None:
-        if wanted.get(relative) != "dir":
+        entry = wanted.get(relative)
+        if entry is None or entry.kind != "dir":
             os.rmdir(name, dir_fd=fd)
 
     with opened_dir(str(partial)) as top:
@@ -645,6 +651,8 @@ def _stage_tree(
     resume: bool,
     copier: Copier = PLAIN,
 ) -> tuple[int, int]:
+    if resume:  # first, so that nothing left there stands where the source has another kind
+        _remove_strays(partial, {e.relative: e for e in entries})
     for entry in entries:
         if entry.kind == "dir":
             (partial / entry.relative).mkdir(parents=True, exist_ok=True)
@@ -671,8 +679,6 @@ def _stage_tree(
         advance(size)
         return size
 
-    if resume:
-        _remove_strays(partial, {e.relative: e.kind for e in entries})
     copier = dataclasses.replace(copier, fresh=not resume)
     # Large files first: they dominate the tail of a parallel copy. Small ones in inode order: on a
     # cold local disk that is close to the order of their blocks, so reads stream instead of seek.

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -48,3 +51,14 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 def pytest_report_header(config: pytest.Config) -> str:
     names = ", ".join(str(path.relative_to(REPO_ROOT)) for path in TORCH_TESTS)
     return f"{names} run only when named (own process: make pytest)"
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A directory an ordinary user can enter (pytest's own tmp_path is root's 0700)."""
+    base = Path(tempfile.mkdtemp(prefix="dltune-stage-"))
+    base.chmod(0o777)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -513,17 +513,6 @@ AS_NOBODY = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def open_tmp() -> Iterator[Path]:
-    """A directory an ordinary user can enter (pytest's own tmp_path is root's 0700)."""
-    base = Path(tempfile.mkdtemp(prefix="dltune-stage-"))
-    base.chmod(0o777)
-    try:
-        yield base
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
 def chown_tree(path: Path) -> None:
     for item in [path, *path.rglob("*")]:
         os.lchown(item, NOBODY, NOBODY)

@@ -6,6 +6,7 @@ the final name either complete with its record or absent."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -16,6 +17,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,7 +26,16 @@ from hypothesis import strategies as st
 from dltune import stage
 from dltune.dirfd import NAME_MAX, derived_name, remove_at
 from dltune.stage import StageError
-from tests.unit.test_stage import make_dataset, tree_state
+from tests.unit.test_stage import (
+    TREES,
+    as_nobody,
+    build_tree,
+    chown_tree,
+    killed_partial,
+    make_dataset,
+    nobody_can_run_dltune,
+    tree_state,
+)
 
 CLI = [sys.executable, "-m", "dltune.cli", "stage"]
 
@@ -324,3 +335,64 @@ def test_out_of_range_header_values_and_a_link_to_a_missing_member_are_clean_err
         with pytest.raises(StageError, match=f"bad{i}.tar"):
             stage.stage(archive, tmp_path / "local")
         assert not (tmp_path / "local" / f"bad{i}").exists()
+
+
+# --- random trees: what a killed run or another user left in the partial copy --------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(source=TREES, leftovers=TREES)
+def test_a_resume_over_any_leftover_tree_with_planted_links_ends_identical_and_harms_nothing_outside(
+    tmp_path_factory: pytest.TempPathFactory, source: list[Any], leftovers: list[Any]
+) -> None:
+    """The partial copy holds a random tree (odd names, modes, links to a victim's directory and to
+    files outside, entries whose kind differs from the source's): the resume removes what the source
+    lacks without following any link, and ends identical to the source."""
+    work = tmp_path_factory.mktemp("resume")
+    src = work / "src" / "ds"
+    build_tree(src, source)
+    victim = work / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years of work")
+    local = work / "local"
+    partial = killed_partial(src, local)
+    partial.rmdir()
+    build_tree(partial, leftovers)
+    for i, directory in enumerate(
+        [partial, *[p for p in partial.rglob("*") if p.is_dir() and not p.is_symlink()]]
+    ):
+        with contextlib.suppress(OSError):
+            (directory / f"planted{i}").symlink_to(victim)
+    before = digest_tree(victim)
+    summary = stage.stage(src, local, workers=2)
+    assert tree_state(summary.path) == tree_state(src)
+    assert digest_tree(victim) == before
+
+
+@pytest.mark.skipif(not nobody_can_run_dltune(), reason="needs root, setpriv and a readable interpreter")
+def test_as_an_ordinary_user_links_another_user_planted_in_shared_scratch_are_refused(open_tmp: Path) -> None:
+    """A shared scratch directory (1777, as /tmp): another user (root here) plants `.ds.partial` and
+    the lock as links to the ordinary user's own files. The user's stage is refused naming the link,
+    and the files it pointed at are intact (the resume's stray removal once deleted them)."""
+    src = make_dataset(open_tmp / "shared", files=5)
+    chown_tree(open_tmp / "shared")
+    scratch = open_tmp / "scratch"
+    scratch.mkdir()
+    scratch.chmod(0o1777)
+    mine = open_tmp / "mine"
+    mine.mkdir()
+    (mine / "results.csv").write_text("precious")
+    chown_tree(mine)
+    for planted, target in ((f".{src.name}.partial", mine), (f".{src.name}.lock", mine / "results.csv")):
+        link = scratch / planted
+        link.unlink(missing_ok=True)  # the user's own lock, left by the previous refusal
+        link.symlink_to(target)
+        before = digest_tree(mine)
+        done = as_nobody(str(src), "--to", str(scratch))
+        assert done.returncode == 1 and "symbolic link" in done.stderr and planted in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+        assert digest_tree(mine) == before
+        link.unlink()
+    done = as_nobody(str(src), "--to", str(scratch))
+    assert done.returncode == 0, done.stderr
+    assert tree_state(scratch / src.name) == tree_state(src)
