@@ -16,6 +16,7 @@ from dltune.bench.judge import (
     judge_matmul,
     judge_sweep,
     judge_threads,
+    judge_torchrun_failed,
 )
 from dltune.bench.specs import spec_for
 from dltune.model import Status
@@ -156,3 +157,19 @@ def test_figures_the_hardware_cannot_reach_are_unreliable_warnings_never_passes(
     assert copy.status is Status.WARN and "above the card's published" in copy.summary
     (real,) = judge_bandwidth([Bandwidth("cuda:0", h100, "device copy", memory_peak * 0.85)])
     assert real.status is Status.PASS
+
+
+def test_a_failed_data_parallel_run_keeps_the_worker_s_own_error_not_only_torchrun_s_summary() -> None:
+    """torchrun prints its own long summary after a worker's traceback: the last 2,000 characters
+    held only that summary, never the cause."""
+    worker = (
+        'Traceback (most recent call last):\n  File "ddp.py", line 40\n'
+        "RuntimeError: Gloo connectFullMesh failed\n"
+    )
+    summary = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 60 + "\n" * 3000
+    result = judge_torchrun_failed("the data-parallel run failed", "I1125 starting\n" * 50 + worker + summary)
+    kept = result.evidence["stderr"]
+    assert "RuntimeError: Gloo connectFullMesh failed" in kept and "ChildFailedError" in kept
+    assert len(kept) < 4000
+    short = "RuntimeError: boom\n"
+    assert judge_torchrun_failed("failed", short).evidence["stderr"] == short
