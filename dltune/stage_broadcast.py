@@ -289,7 +289,12 @@ def parse_node_lines(stdout: str) -> list[NodeOutcome]:
 
 def _step(run: Run, count: int, node_argv: list[str], expected: list[str]) -> list[NodeOutcome]:
     """Run a node step and return every node's outcome; nodes that gave none are failed by name."""
-    done = run(srun_argv(count, node_argv), stdout=subprocess.PIPE, text=True, check=False)
+    try:
+        done = run(srun_argv(count, node_argv), stdout=subprocess.PIPE, text=True, check=False)
+    except OSError as exc:  # srun missing or not executable on this node
+        raise local.StageError(
+            f"srun: cannot run it ({exc.strerror}): --broadcast needs Slurm's srun"
+        ) from exc
     outcomes = parse_node_lines(done.stdout or "")
     seen = {o.node for o in outcomes}
     silent = [n for n in expected if n not in seen]
@@ -414,13 +419,16 @@ def _prepare(
 
 def _send(run: Run, payload: Payload, delivered: Path) -> str | None:
     """sbcast the payload to every node of the job (--preserve: mode and mtime); why not, if it failed."""
-    sent = run(
-        ["sbcast", "--force", "--preserve", str(payload.path), str(delivered)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    )
+    try:
+        sent = run(
+            ["sbcast", "--force", "--preserve", str(payload.path), str(delivered)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
+    except OSError as exc:
+        return f"sbcast failed: {exc.strerror}"
     if sent.returncode == 0:
         return None
     return f"sbcast failed: {(sent.stdout or '').strip()[-500:]}"

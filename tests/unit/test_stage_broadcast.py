@@ -221,3 +221,15 @@ def test_workers_default_to_few_from_a_local_disk_and_many_from_anything_else(tm
     know as local, which it treats as network-like: per-file latency wants requests in flight."""
     assert stage.default_workers(tmp_path) == stage.LOCAL_WORKERS
     assert stage.default_workers(Path("/proc/self")) == stage.NETWORK_WORKERS
+
+
+def test_a_job_without_srun_or_sbcast_on_path_is_one_line_naming_srun(tmp_path: Path) -> None:
+    """No sbcast: every node would read the source itself, through srun; no srun either: one line
+    naming it, exit 1, no traceback."""
+    src = make_dataset(tmp_path / "shared", files=3)
+    (tmp_path / "local").mkdir()
+    (tmp_path / "empty-bin").mkdir()
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "3", "PATH": str(tmp_path / "empty-bin")}
+    result = runner.invoke(app, ["stage", str(src), "--to", str(tmp_path / "local"), "--broadcast"], env=env)
+    assert result.exit_code == 1, result.output
+    assert "srun: cannot run it" in result.output and "Traceback" not in result.output
