@@ -1046,7 +1046,6 @@ def partial_record_path(to: Path, name: str) -> Path:
     return to / derived_name(name, ".partial" + RECORD_SUFFIX)
 
 
-# long: argument checks, lock, and the three source kinds, each refusing before anything changes
 def stage(
     src: Path,
     to: Path,
@@ -1064,7 +1063,60 @@ def stage(
 ) -> Summary:
     """Stage `src` as `to`/`name` (default: the source's name less an archive suffix). `identity`
     stands for the source in the record beside the dataset (default: `src` as it is now): a node of
-    a broadcast extracts the job's archive but records the dataset it came from."""
+    a broadcast extracts the job's archive but records the dataset it came from. Every failure is a
+    StageError naming the path (an OSError from anywhere below too)."""
+    try:
+        return _stage(
+            src,
+            to,
+            workers=workers,
+            verify=verify,
+            checksum=checksum,
+            progress=progress,
+            space=space,
+            on_total=on_total,
+            replace=replace,
+            bwlimit=bwlimit,
+            name=name,
+            identity=identity,
+        )
+    except OSError as exc:
+        raise StageError(os_error_line(exc, str(to))) from exc
+
+
+SHOWN_PATH_CHARS = 240
+
+
+def os_error_line(exc: OSError, fallback: str, shown: dict[str, str] | None = None) -> str:
+    """One line for an OSError: the path(s) it names, as the user knows them (a descriptor's path
+    shown as the path it was opened by), and what a rerun does."""
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None) or fallback
+    for descriptor, path in sorted((shown or {}).items(), key=lambda item: -len(item[0])):
+        where = where.replace(descriptor, path)
+    if len(where) > SHOWN_PATH_CHARS:  # a path thousands of levels deep: its ends say enough
+        where = f"{where[: SHOWN_PATH_CHARS // 2]}...{where[-SHOWN_PATH_CHARS // 2 :]}"
+    return (
+        f"{where}: {exc.strerror or exc}; nothing incomplete is taken as staged: fix it and rerun the "
+        "same command (it resumes)"
+    )
+
+
+# long: argument checks, lock, and the three source kinds, each refusing before anything changes
+def _stage(
+    src: Path,
+    to: Path,
+    *,
+    workers: int | None,
+    verify: bool,
+    checksum: bool,
+    progress: Callable[[int], Any] | None,
+    space: Callable[[Path], Space],
+    on_total: Callable[[int], Any] | None,
+    replace: bool,
+    bwlimit: float | None,
+    name: str | None,
+    identity: dict[str, Any] | None,
+) -> Summary:
     if not src.exists():
         raise StageError(f"{src} does not exist")
     if not to.is_dir():
@@ -1221,10 +1273,13 @@ def _stage_into_partial(
     copier = Copier(Throttle(options.bwlimit), chunk_pool)
     try:
         summary = _stage_kind(place, src, kind, entries, options, copier)
-    except StageError as exc:
+    except (StageError, OSError) as exc:
         if fresh and _empty_or_absent(place):
             place.remove(place.partial)  # refused before copying: leave no trace
             place.remove(place.partial_record)
+        if isinstance(exc, OSError):
+            shown = {fd_path(place.fd): str(place.to)}
+            raise StageError(os_error_line(exc, place.shown(place.partial), shown)) from exc
         raise StageError(str(exc).replace(fd_path(place.fd), str(place.to))) from exc
     finally:
         chunk_pool.shutdown(wait=True, cancel_futures=True)
@@ -1276,9 +1331,15 @@ def _stage_kind(
         # Inside the partial copy, paths go through its descriptor: another user who can write to
         # DIR cannot swap the partial copy's name for a link while the workers write below it.
         job = dataclasses.replace(job, partial=Path(fd_path(partial_fd)), dest=Path(place.shown(place.name)))
-        summary = (
-            _stage_archive_into(job, fresh) if kind == "archive" else _stage_dir(job, entries or [], fresh)
-        )
+        try:
+            summary = (
+                _stage_archive_into(job, fresh)
+                if kind == "archive"
+                else _stage_dir(job, entries or [], fresh)
+            )
+        except OSError as exc:
+            shown = {fd_path(partial_fd): place.shown(place.partial), fd_path(place.fd): str(place.to)}
+            raise StageError(os_error_line(exc, place.shown(place.partial), shown)) from exc
         # Made 0700 while incomplete (nobody else writes below it); now as a directory of this user's.
         mask = os.umask(0o022)
         os.umask(mask)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dltune import stage
-from dltune.dirfd import NAME_MAX, derived_name, remove_at
+from dltune.dirfd import NAME_MAX, derived_name, remove_at, walk_below
 from dltune.stage import StageError
 from tests.unit.test_stage import (
     TREES,
@@ -262,6 +263,19 @@ def test_derived_names_of_distinct_long_names_stay_distinct_and_keep_their_suffi
         assert da != db and da.endswith(suffix) and len(da.encode()) <= NAME_MAX
 
 
+@pytest.fixture
+def deep_tmp(tmp_path: Path) -> Iterator[Path]:
+    """tmp_path, emptied on descriptors afterwards: pytest's own cleanup of old temporary
+    directories (shutil.rmtree) recurses, and a tree thousands of levels deep would break it."""
+    yield tmp_path
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in os.listdir(fd):
+            remove_at(fd, name)
+    finally:
+        os.close(fd)
+
+
 def deep_tree(top: Path, depth: int) -> Path:
     """A chain of `depth` one-letter directories, made relative to descriptors (paths that deep
     exceed PATH_MAX), with a file at the bottom."""
@@ -277,11 +291,26 @@ def deep_tree(top: Path, depth: int) -> Path:
     return top
 
 
-def test_a_partial_copy_5000_levels_deep_is_cleared_by_replace_without_a_crash(tmp_path: Path) -> None:
+def deep_state(root: Path) -> list[tuple[str, int, int]]:
+    """Every entry below `root` with its kind and size, walked on descriptors (pathlib recurses)."""
+    found: list[tuple[str, int, int]] = []
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        walk_below(
+            fd,
+            lambda _fd, rel, _name, st_: found.append((rel, st_.st_mode, st_.st_size)),
+            lambda _fd, rel, _name: found.append((rel, 0, 0)),
+        )
+    finally:
+        os.close(fd)
+    return sorted(found)
+
+
+def test_a_partial_copy_5000_levels_deep_is_cleared_by_replace_without_a_crash(deep_tmp: Path) -> None:
     """os.walk and shutil.rmtree recurse (RecursionError near 1,000 levels); the removal walks
     iteratively on descriptors."""
-    src = make_dataset(tmp_path / "shared", files=3)
-    local = tmp_path / "local"
+    src = make_dataset(deep_tmp / "shared", files=3)
+    local = deep_tmp / "local"
     local.mkdir()
     stage.partial_record_path(local, src.name).write_text(json.dumps({"source": "/elsewhere"}))
     deep_tree(local / f".{src.name}.partial", 5000)
@@ -289,14 +318,14 @@ def test_a_partial_copy_5000_levels_deep_is_cleared_by_replace_without_a_crash(t
     assert tree_state(summary.path) == tree_state(src)
 
 
-def test_remove_at_removes_any_depth_and_never_follows_a_link(tmp_path: Path) -> None:
-    victim = tmp_path / "victim"
+def test_remove_at_removes_any_depth_and_never_follows_a_link(deep_tmp: Path) -> None:
+    victim = deep_tmp / "victim"
     victim.mkdir()
     (victim / "keep").write_text("keep")
-    tree = deep_tree(tmp_path / "tree", 3000)
+    tree = deep_tree(deep_tmp / "tree", 3000)
     (tree / "d" / "link").symlink_to(victim)
     os.chmod(tree / "d", 0o500)
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(deep_tmp, os.O_RDONLY | os.O_DIRECTORY)
     try:
         remove_at(fd, "tree")
     finally:
@@ -396,3 +425,29 @@ def test_as_an_ordinary_user_links_another_user_planted_in_shared_scratch_are_re
     done = as_nobody(str(src), "--to", str(scratch))
     assert done.returncode == 0, done.stderr
     assert tree_state(scratch / src.name) == tree_state(src)
+
+
+def test_a_source_1500_levels_deep_is_staged_and_one_too_deep_for_paths_is_one_clean_line(
+    deep_tmp: Path,
+) -> None:
+    src = deep_tree(deep_tmp / "shared" / "deep", 1500)
+    (deep_tmp / "local").mkdir()
+    summary = stage.stage(src, deep_tmp / "local")
+    assert deep_state(summary.path) == deep_state(src)
+    too_deep = deep_tree(deep_tmp / "shared" / "deeper", 5000)
+    with pytest.raises(StageError, match=r"deeper.*File name too long"):
+        stage.stage(too_deep, deep_tmp / "local")
+    assert not (deep_tmp / "local" / "deeper").exists()
+
+
+@pytest.mark.skipif(not nobody_can_run_dltune(), reason="needs root, setpriv and a readable interpreter")
+def test_as_an_ordinary_user_a_source_below_an_unsearchable_directory_is_one_line(open_tmp: Path) -> None:
+    src = make_dataset(open_tmp / "locked" / "shared", files=3)
+    (open_tmp / "locked").chmod(0o700)
+    local = open_tmp / "local"
+    local.mkdir()
+    chown_tree(local)
+    done = as_nobody(str(src), "--to", str(local))
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+    assert str(src) in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert list(local.iterdir()) == []
