@@ -451,3 +451,25 @@ def test_as_an_ordinary_user_a_source_below_an_unsearchable_directory_is_one_lin
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
     assert str(src) in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert list(local.iterdir()) == []
+
+
+def test_verify_checksum_of_an_already_staged_file_or_archive_reads_it_again(tmp_path: Path) -> None:
+    """Corrupted at the same size after staging: `--verify --checksum` once said "verified" without
+    reading anything for a single file or an archive."""
+    (tmp_path / "local").mkdir()
+    shard = tmp_path / "shared" / "shard.h5"
+    shard.parent.mkdir()
+    shard.write_bytes(b"a" * 1000)
+    archive = tmp_path / "shared" / "packed.tar"
+    with tarfile.open(archive, "w") as tar:
+        info = tarfile.TarInfo("packed/data.bin")
+        info.size = 1000
+        tar.addfile(info, io.BytesIO(b"b" * 1000))
+    for src, staged_file in ((shard, "shard.h5"), (archive, "packed/packed/data.bin")):
+        stage.stage(src, tmp_path / "local")
+        assert stage.stage(src, tmp_path / "local", verify=True, checksum=True).verified
+        corrupted = tmp_path / "local" / staged_file
+        corrupted.chmod(0o644)
+        corrupted.write_bytes(b"X" * 1000)
+        with pytest.raises(StageError, match="verification failed"):
+            stage.stage(src, tmp_path / "local", verify=True, checksum=True)
