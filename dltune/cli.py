@@ -1,19 +1,37 @@
 """Command line: one typer app, one module per command under dltune/commands/ (each thin glue of
-probe -> check -> render, or of the staging and bench packages). Exit codes: see dltune.model."""
+probe -> check -> render, or of the staging and bench packages). Exit codes: see dltune.model.
+
+Every command ends through one error boundary, ``run``: a usage error, an ``OSError`` (naming its
+path, or the command that is not installed), a ``DltuneError`` is one line on stderr and the
+contract's exit code; any other exception is one line saying it is a dltune bug, with its traceback
+only under ``dltune --debug`` or ``DLTUNE_DEBUG=1``. Never a raw traceback in a job log."""
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
 import sys
+import traceback
+from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 
 import dltune
+from dltune.commands import ClickException, error_line
 from dltune.commands.audit import audit
 from dltune.commands.bench import bench
 from dltune.commands.check import check
 from dltune.commands.report import report
 from dltune.commands.stage import stage, stage_node
-from dltune.model import EXIT_USAGE_OR_ERROR
+from dltune.model import EXIT_FAIL, EXIT_USAGE_OR_ERROR, DltuneError
+
+DEBUG_ENV = "DLTUNE_DEBUG"
+# Each command's exit code for an error that stopped it: `dltune stage` says 1 for refused or failed
+# (its 2 is usage only); the judging commands say 2 for an error with no fail.
+ERROR_EXIT = {"stage": EXIT_FAIL, "stage-node": EXIT_FAIL}
+_settings = {"debug": False}
 
 app = typer.Typer(
     help="Audit and benchmark a deep-learning training node.",
@@ -26,17 +44,114 @@ for command in (audit, check, stage, bench, report):
 app.command("stage-node", hidden=True)(stage_node)
 
 
+@app.callback()
+def _global_options(
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help=f"Print the traceback of an internal error (or set {DEBUG_ENV}=1)."),
+    ] = False,
+) -> None:
+    _settings["debug"] = _settings["debug"] or debug
+
+
 @app.command()
 def version() -> None:
     """Print dltune's version."""
     typer.echo(dltune.__version__)
 
 
+def describe_os_error(exc: OSError) -> str:
+    """An OSError as one line naming what it is about: a path (two, for a rename), or a command that is
+    not installed (subprocess raises ENOENT naming the program)."""
+    reason = exc.strerror or str(exc)
+    name, other = exc.filename, exc.filename2
+    if name is None:
+        return reason
+    if other is not None:
+        return f"{os.fsdecode(name)} -> {os.fsdecode(other)}: {reason}"
+    shown = os.fsdecode(name)
+    if (
+        exc.errno == errno.ENOENT
+        and "/" not in shown
+        and not os.path.lexists(shown)
+        and shutil.which(shown) is None
+    ):
+        return f"{shown}: no such command on PATH (or file): is it installed?"
+    return f"{shown}: {reason}"
+
+
+def _command_of(args: Sequence[str]) -> str | None:
+    """The command asked for: the first word that is not an option (only --debug comes before it)."""
+    return next((arg for arg in args if not arg.startswith("-")), None)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI on ``argv`` (default: this process's arguments) and return its exit code; every
+    error ends here as one line on stderr (see the module)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = _command_of(args)
+    who = f"dltune {command}" if command else "dltune"
+    code = ERROR_EXIT.get(command or "", EXIT_USAGE_OR_ERROR)
+    _settings["debug"] = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    try:
+        result = app(args=args, prog_name="dltune", standalone_mode=False)
+    except ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click 8.2+: typer has printed the help already
+            return exc.exit_code
+        ctx = getattr(exc, "ctx", None)
+        error_line(f"{ctx.command_path if ctx is not None else who}: {exc.format_message()}")
+        return exc.exit_code
+    except typer.Abort:
+        error_line(f"{who}: aborted")
+        return code
+    except KeyboardInterrupt:
+        return EXIT_USAGE_OR_ERROR
+    except DltuneError as exc:
+        _traceback_if_debug()
+        error_line(f"{who}: {exc}")
+        return code
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:  # the reader of stdout went away (`| head`): nothing to say
+            _silence_stdout()
+            return EXIT_FAIL
+        _traceback_if_debug()
+        error_line(f"{who}: {describe_os_error(exc)}")
+        return code
+    except Exception as exc:  # the boundary: whatever escaped is a bug, said in one line
+        _traceback_if_debug()
+        error_line(
+            f"{who}: internal error (a dltune bug, please report it): {type(exc).__name__}: {exc}"
+            + (
+                ""
+                if _settings["debug"]
+                else f" (rerun with {DEBUG_ENV}=1 or `dltune --debug` for the traceback)"
+            )
+        )
+        return code
+    return result if isinstance(result, int) else 0
+
+
+def _traceback_if_debug() -> None:
+    if _settings["debug"]:
+        traceback.print_exc()
+
+
+def _silence_stdout() -> None:
+    """After EPIPE: point stdout at /dev/null, so the interpreter's last flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def main() -> None:
     try:
-        app()
+        code = run()
     except KeyboardInterrupt:
-        sys.exit(EXIT_USAGE_OR_ERROR)
+        code = EXIT_USAGE_OR_ERROR
+    sys.exit(code)
 
 
 if __name__ == "__main__":

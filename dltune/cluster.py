@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dltune import SCHEMA_VERSION, __version__
+from dltune import SCHEMA_VERSION, __version__, safeio
 from dltune.model import AREAS, Status
 from dltune.report import STATUS_COLOUR, STATUS_STYLE, status_rank, worst
 from dltune.schema import of, optional, validate
@@ -104,9 +104,15 @@ def _stale(file: Path, data: dict[str, Any], now: datetime) -> str | None:
 
 
 def _load_json(file: Path) -> tuple[Any, str | None]:
-    """A file's JSON, or why it could not be read."""
+    """A file's JSON, or why it could not be read: a file that is no report at all (a FIFO or a device,
+    JSON nested too deep, NaN or Infinity) makes its node ``invalid``; one that cannot be read or
+    breaks off (a node that crashed while writing) ``crashed``."""
     try:
-        return json.loads(file.read_text(encoding="utf-8", errors="surrogateescape")), None
+        return safeio.load_file(file, errors="surrogateescape"), None
+    except (safeio.NotRegularFileError, IsADirectoryError) as exc:
+        return None, _invalid(file, [str(exc.strerror)])
+    except safeio.JsonError as exc:
+        return None, _invalid(file, [f"$: {exc}"])
     except (OSError, ValueError) as exc:
         return None, f"crashed: unreadable report {visible(file.name)} ({exc})"
 
@@ -179,6 +185,7 @@ def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:
                 ],
             },
             indent=2,
+            allow_nan=False,  # node files with NaN or Infinity are invalid nodes: none can be here
         )
         + "\n"
     )
@@ -190,6 +197,15 @@ def node_rank(node: NodeReport) -> tuple[int, str]:
         return (-1, node.host)
     rank = status_rank(worst(r["status"] for r in node.results) or "skip")
     return (min(rank, 0) if node.stale else rank, node.host)
+
+
+# A node file may name any area (a newer dltune, or anyone's JSON): the ones this dltune does not know
+# share one column and one summary entry, so a thousand made-up areas cannot widen the page.
+OTHER_AREA = "other"
+
+
+def shown_area(area: str) -> str:
+    return area if area in AREAS else OTHER_AREA
 
 
 def _area_index(area: str) -> int:
@@ -231,7 +247,7 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
             continue
         areas: dict[str, str] = {}
         for r in sorted(findings, key=lambda r: _area_index(r["area"])):
-            areas.setdefault(r["area"], r["status"])  # sorted: the first is the area's worst
+            areas.setdefault(shown_area(r["area"]), r["status"])  # sorted: the first is the area's worst
         texts = [_finding_text(r) for r in findings[:SHOWN_FINDINGS]]
         if len(findings) > SHOWN_FINDINGS:
             texts.append(f"+{len(findings) - SHOWN_FINDINGS} more")
@@ -294,7 +310,8 @@ def firmware_outliers(nodes: Sequence[NodeReport]) -> dict[str, list[str]]:
 def _svg_bars(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
     if not bars:
         return ""
-    top = max(v for _, v in bars) or 1.0
+    top = max(v for _, v in bars)
+    top = top if top > 0 else 1.0  # a node's file may hold any finite number, negative ones too
     row, width, label_w = 22, 420, 260
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + width + 90}" '
@@ -302,7 +319,7 @@ def _svg_bars(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
     ]
     for i, (label, value) in enumerate(bars):
         y = 24 + i * row
-        w = max(1.0, value / top * width)
+        w = min(float(width), max(1.0, value / top * width))
         # Below 85% of the best bar: the outlier colour.
         colour = STATUS_COLOUR["pass"] if value >= 0.85 * top else STATUS_COLOUR["fail"]
         parts.append(
@@ -357,8 +374,8 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
     esc = html.escape
     ordered = sorted(nodes, key=node_rank)
     anchors = {id(node): f"node-{i}" for i, node in enumerate(ordered)}
-    present = {r["area"] for n in nodes for r in n.results}
-    areas = [a for a in AREAS if a in present] + sorted(present - set(AREAS))
+    present = {shown_area(r["area"]) for n in nodes for r in n.results}
+    areas = [a for a in (*AREAS, OTHER_AREA) if a in present]
     head = "".join(f"<th>{esc(a)}</th>" for a in areas)
     rows = []
     for node in ordered:
@@ -369,7 +386,8 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
             )
             continue
         cells = "".join(
-            _area_cell(anchors[id(node)], [r for r in node.results if r["area"] == a]) for a in areas
+            _area_cell(anchors[id(node)], [r for r in node.results if shown_area(r["area"]) == a])
+            for a in areas
         )
         stale = f'<br><span class="stale">stale: {esc(node.stale)}</span>' if node.stale else ""
         rows.append(f"<tr><th>{esc(node.host)}{stale}</th>{cells}</tr>")

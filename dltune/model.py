@@ -1,4 +1,5 @@
-"""The contracts every area shares: Status, Result, the areas, and the exit codes."""
+"""The contracts every area shares: Status, Result, the areas, the exit codes, and the errors the CLI
+reports in one line."""
 
 from __future__ import annotations
 
@@ -39,6 +40,15 @@ class Status(str, enum.Enum):
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE_OR_ERROR = 2
+
+
+class DltuneError(Exception):
+    """An error whose message says all a user needs (what, where, why): the CLI prints it as one line
+    with the command's exit code, never as a traceback (dltune.cli.main)."""
+
+
+class InputError(DltuneError, ValueError):
+    """A file or text dltune was given that it cannot use; the message names it and says why."""
 
 
 @functools.lru_cache(maxsize=256)

@@ -45,7 +45,6 @@ import math
 import mmap
 import os
 import stat
-import sys
 import tarfile
 import threading
 import time
@@ -57,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from dltune.compat import UnsupportedPython, require_tar_data_filter
 from dltune.dirfd import (
     UnsafeEntry,
     derived_name,
@@ -1207,11 +1207,10 @@ MAX_BWLIMIT = 1e6
 
 def require_data_filter() -> None:
     """tarfile's `data` filter (Python 3.10.12, 3.11.4, 3.12+) is what makes extraction safe."""
-    if not hasattr(tarfile, "data_filter"):
-        raise StageError(
-            f"archives are staged only with tarfile's data filter, which Python {sys.version.split()[0]} "
-            "lacks: use Python 3.10.12, 3.11.4, 3.12 or newer (or extract it and stage the directory)"
-        )
+    try:
+        require_tar_data_filter()
+    except UnsupportedPython as exc:
+        raise StageError(str(exc)) from exc
 
 
 def already_staged(place: Destination, identity: dict[str, Any], replace: bool) -> Summary | None:

@@ -36,9 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dltune import safeio
 from dltune import stage as local
 from dltune.dirfd import derived_name, expect_own, lstat_at, open_own_file, opened_dir
 from dltune.probes.storage import Space, space_at
+from dltune.text import decimal
 
 NODE_LINE = "DLTUNE-NODE "
 # Tar headers, and the padding after each member's data, come in blocks of this size.
@@ -252,9 +254,9 @@ def allocation_nodes(env: dict[str, str], run: Run) -> list[str]:
 
 def node_count(env: dict[str, str]) -> int:
     for key in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
-        value = env.get(key, "")
-        if value.isdigit():
-            return int(value)
+        value = decimal(env.get(key, ""))
+        if value is not None:
+            return value
     return 0
 
 
@@ -280,7 +282,7 @@ def parse_node_lines(stdout: str) -> list[NodeOutcome]:
     for line in stdout.splitlines():
         if line.startswith(NODE_LINE):
             try:
-                data = json.loads(line[len(NODE_LINE) :])
+                data = safeio.loads(line[len(NODE_LINE) :])
                 outcomes.append(NodeOutcome(**data))
             except (ValueError, TypeError):
                 continue

@@ -71,7 +71,15 @@ def visible_data(value: Any) -> Any:
     return value
 
 
+# More digits than any counter of the kernel or a tool (2**64 has 20): not a number from there, and
+# int() refuses more than 4300 digits with a ValueError.
+MAX_DECIMAL_DIGITS = 40
+
+
 def decimal(text: str) -> int | None:
-    """A non-negative decimal number of ASCII digits, else None (str.isdigit() accepts "²", which int()
-    refuses, and int() accepts "٣", which no kernel file means)."""
-    return int(text) if text.isascii() and text.isdigit() else None
+    """A non-negative decimal number of ASCII digits (at most ``MAX_DECIMAL_DIGITS``), else None:
+    str.isdigit() accepts "²", which int() refuses, and int() accepts "٣", " 7" and "1_0", which no
+    kernel file means. Every digit test on host text goes through here."""
+    if 0 < len(text) <= MAX_DECIMAL_DIGITS and text.isascii() and text.isdigit():
+        return int(text)
+    return None

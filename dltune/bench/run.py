@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dltune import safeio
 from dltune.bench import judge
 from dltune.bench.measure import BenchError
 from dltune.model import Result
@@ -408,7 +408,7 @@ def _torchrun(
         # Rank 0 renames its result into place once every figure is measured: a worker that fails
         # after that (in teardown) has not spoiled the measurement.
         if out.exists():
-            return json.loads(out.read_text()), None
+            return safeio.load_file(out), None
         if failed:
             return None, judge.judge_torchrun_failed(summary, str(stderr))
         return None, None

@@ -74,7 +74,7 @@ SPECS: tuple[tuple[str, Spec], ...] = (
     (r"V100-SXM", Spec("V100 SXM2", {"fp16": 125.0, "fp32": 15.7}, 900)),
 )
 _COMPILED = tuple((re.compile(pattern), spec) for pattern, spec in SPECS)
-MIG_NAME = re.compile(r"\bMIG\s+\d+g\.\d+gb", re.IGNORECASE)
+MIG_NAME = re.compile(r"\bMIG\s+[0-9]+g\.[0-9]+gb", re.IGNORECASE)
 
 
 def is_mig(device_name: str) -> bool:

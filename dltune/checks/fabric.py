@@ -10,6 +10,7 @@ audit's output is given, by how much they rose since."""
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -392,11 +393,14 @@ def _judge_hca_link(device: PciDevice) -> Result:
     )
 
 
+# Numbers in sysfs text, ASCII only: float() would also take "nan", "inf" and other scripts' digits.
+_GTS = re.compile(r"\s*([0-9]{1,6}(?:\.[0-9]{1,6})?)(?![0-9.])")
+_RELEASE = re.compile(r"([0-9]{1,6})\.([0-9]{1,6})(?![0-9])")
+
+
 def _gts(speed: str) -> float:
-    try:
-        return float(speed.split()[0])
-    except (ValueError, IndexError):
-        return 0.0
+    match = _GTS.match(speed)
+    return float(match.group(1)) if match else 0.0
 
 
 @check("fabric.ipoib", needs=("manifest:health",))
@@ -429,11 +433,8 @@ def ipoib(snap: Snapshot) -> list[Result]:
 
 
 def _kernel_at_least(release: str | None, wanted: tuple[int, int]) -> bool:
-    try:
-        major, minor = (int(part) for part in (release or "").split("-")[0].split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= wanted
+    match = _RELEASE.match(release or "")
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= wanted
 
 
 @check("fabric.gpudirect", needs=("manifest:health",))

@@ -16,8 +16,11 @@ import typer
 from dltune.commands import (
     ALL_OPTION,
     OutputFormat,
+    check_directory,
     check_output_file,
+    error_line,
     parse_areas,
+    seconds_option,
     stdout_console,
     write_output,
 )
@@ -28,14 +31,6 @@ if TYPE_CHECKING:
     from dltune.snapshot import Snapshot
 
 log = logging.getLogger("dltune")
-
-
-def check_timeouts(**seconds: float) -> None:
-    for hint, value in seconds.items():
-        if not value > 0:
-            raise typer.BadParameter(
-                f"{value} must be a positive number of seconds", param_hint="--" + hint.replace("_", "-")
-            )
 
 
 def audit_results(
@@ -104,7 +99,7 @@ def audit(
     ] = None,
     nfs_timeout: Annotated[
         float,
-        typer.Option(
+        seconds_option(
             "--nfs-timeout", help="Seconds an NFS mount may take to answer before it counts as stale."
         ),
     ] = 5.0,
@@ -120,7 +115,7 @@ def audit(
     ] = None,
     timeout: Annotated[
         float,
-        typer.Option(
+        seconds_option(
             "--timeout",
             help="Seconds for the whole audit (well under Slurm's 60 s HealthCheckProgram limit): on expiry "
             "the results so far are printed with system.audit_timeout naming what did not finish.",
@@ -128,7 +123,7 @@ def audit(
     ] = 30.0,
     nvml_timeout: Annotated[
         float,
-        typer.Option("--nvml-timeout", help="Seconds NVML may take before the driver counts as hung."),
+        seconds_option("--nvml-timeout", help="Seconds NVML may take before the driver counts as hung."),
     ] = 10.0,
     dcgm: Annotated[
         bool,
@@ -155,13 +150,11 @@ def audit(
     try:
         logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr)
         areas = parse_areas(only)
-        if not root.is_dir():
-            raise typer.BadParameter(f"{root} is not a directory", param_hint="--root")
+        check_directory(root, "--root")
         if textfile_dir is not None:
             check_output_file(textfile_dir / "dltune.prom", "--textfile-dir")
         if facts_file is not None:
             check_output_file(facts_file, "--facts-file")
-        check_timeouts(nfs_timeout=nfs_timeout, timeout=timeout, nvml_timeout=nvml_timeout)
         counters = earlier_counters(previous, facts_file)
         _, results, host = audit_results(
             root, areas, nfs_timeout, nvml_timeout, deadline, counters, dcgm_level=1 if dcgm else None
@@ -206,14 +199,12 @@ def earlier_counters(previous: Path | None, facts_file: Path | None) -> dict[str
 
 def _apply_slurm_health(slurm_node: str | None, results: Sequence[Result]) -> None:
     from dltune.probes.runner import SubprocessRunner
-    from dltune.report import console
     from dltune.slurm_health import apply as apply_slurm_health
 
     node = slurm_node or socket.gethostname().split(".")[0]
     try:
-        console(stderr=True).print(
-            f"dltune audit --slurm-drain: {apply_slurm_health(node, results, SubprocessRunner())}"
-        )
+        said = apply_slurm_health(node, results, SubprocessRunner())
     except RuntimeError as exc:
-        console(stderr=True).print(f"dltune audit --slurm-drain: {exc}")
+        error_line(f"dltune audit --slurm-drain: {exc}")
         raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
+    error_line(f"dltune audit --slurm-drain: {said}")

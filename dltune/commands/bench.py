@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -10,11 +12,21 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dltune.commands import ALL_OPTION, BenchFormat, progress_console, stdout_console
+from dltune.commands import (
+    ALL_OPTION,
+    BenchFormat,
+    error_line,
+    number_option,
+    progress_console,
+    stdout_console,
+)
 from dltune.model import EXIT_USAGE_OR_ERROR, Result, exit_code
+from dltune.text import decimal
 
 if TYPE_CHECKING:
     from dltune.bench.run import Options
+
+MAX_GPU_INDEX = 1023
 
 
 def bench_results(options: Options, multi_node: bool = False) -> list[Result] | None:
@@ -35,6 +47,31 @@ def bench_results(options: Options, multi_node: bool = False) -> list[Result] | 
         return run(options, lambda name: bar.update(task, description=name))
 
 
+def _gpu_indices(gpus: str | None) -> list[int] | None:
+    """--gpus "0,1": GPU indices of ASCII digits (int() would take " 1", "1_0" and other scripts' digits)."""
+    if not gpus:
+        return None
+    indices = [decimal(g.strip()) for g in gpus.split(",") if g.strip()]
+    if not indices or None in indices or any(i is not None and i > MAX_GPU_INDEX for i in indices):
+        raise typer.BadParameter(f"{gpus}: give GPU indices such as 0,1", param_hint="--gpus")
+    return [i for i in indices if i is not None]
+
+
+def _check_data(data: Path) -> None:
+    """--data: a directory or a regular file (a tar); a FIFO or a device would block the bench."""
+    from dltune.safeio import file_kind
+
+    try:
+        mode = os.stat(data).st_mode
+    except OSError as exc:
+        why = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read: {exc.strerror}"
+        raise typer.BadParameter(f"{data} {why}", param_hint="--data") from exc
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise typer.BadParameter(
+            f"{data} is {file_kind(mode)}: give an ImageFolder directory or a tar of one", param_hint="--data"
+        )
+
+
 # long: mostly its option declarations
 def bench(
     device: Annotated[
@@ -51,10 +88,17 @@ def bench(
     model: Annotated[
         str | None, typer.Option("--model", help="torchvision model (resnet50; resnet18 on CPU).")
     ] = None,
-    batch: Annotated[int | None, typer.Option("--batch", min=1, help="Batch size per device.")] = None,
-    steps: Annotated[int | None, typer.Option("--steps", min=1, help="Measured training steps.")] = None,
+    batch: Annotated[
+        int | None,
+        number_option("--batch", kind=int, minimum=1, maximum=65_536, help="Batch size per device."),
+    ] = None,
+    steps: Annotated[
+        int | None,
+        number_option("--steps", kind=int, minimum=1, maximum=1_000_000, help="Measured training steps."),
+    ] = None,
     image_size: Annotated[
-        int | None, typer.Option("--image-size", min=8, help="Image side in pixels.")
+        int | None,
+        number_option("--image-size", kind=int, minimum=8, maximum=4096, help="Image side in pixels."),
     ] = None,
     dataloader_sweep: Annotated[
         bool, typer.Option("--dataloader-sweep/--no-dataloader-sweep", help="Sweep DataLoader settings.")
@@ -86,12 +130,9 @@ def bench(
 
     if device not in (None, "cpu", "cuda"):
         raise typer.BadParameter(f"{device}: give cpu or cuda", param_hint="--device")
-    try:
-        gpu_list = [int(g) for g in gpus.split(",") if g.strip()] if gpus else None
-    except ValueError as exc:
-        raise typer.BadParameter(f"{gpus}: give GPU indices such as 0,1", param_hint="--gpus") from exc
-    if data is not None and not data.exists():
-        raise typer.BadParameter(f"{data} does not exist", param_hint="--data")
+    gpu_list = _gpu_indices(gpus)
+    if data is not None:
+        _check_data(data)
     options = Options(
         device=device,
         gpus=gpu_list,
@@ -111,7 +152,7 @@ def bench(
     try:
         results = bench_results(options, multi_node)
     except BenchError as exc:
-        err.print(f"dltune bench: {exc}")
+        error_line(f"dltune bench: {exc}")
         raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
     if results is None:  # another node of a multi-node run: the first node reports for all
         err.print(f"dltune bench: {socket.gethostname()} took part; the step's first node reports")

@@ -10,8 +10,15 @@ from typing import Annotated
 
 import typer
 
-from dltune.commands import ALL_OPTION, BenchFormat, progress_console, stdout_console
-from dltune.commands.audit import audit_results, check_timeouts
+from dltune.commands import (
+    ALL_OPTION,
+    BenchFormat,
+    number_option,
+    progress_console,
+    seconds_option,
+    stdout_console,
+)
+from dltune.commands.audit import audit_results
 from dltune.model import Result, Status, exit_code
 from dltune.probes.watchdog import Deadline
 
@@ -28,24 +35,32 @@ def check(
     device: Annotated[
         str | None, typer.Option("--device", help="cpu or cuda (default: every local GPU, else the CPU).")
     ] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds for the audit part.")] = 30.0,
+    timeout: Annotated[float, seconds_option("--timeout", help="Seconds for the audit part.")] = 30.0,
     nfs_timeout: Annotated[
-        float, typer.Option("--nfs-timeout", help="Seconds an NFS mount may take to answer.")
+        float, seconds_option("--nfs-timeout", help="Seconds an NFS mount may take to answer.")
     ] = 5.0,
     nvml_timeout: Annotated[
-        float, typer.Option("--nvml-timeout", help="Seconds NVML may take before the driver counts as hung.")
+        float,
+        seconds_option("--nvml-timeout", help="Seconds NVML may take before the driver counts as hung."),
     ] = 10.0,
     dcgm: Annotated[
         int | None,
-        typer.Option(
+        number_option(
             "--dcgm",
-            help="After the audit, run DCGM's diagnostic at this level (1-4; 2 about two minutes, 3 about "
+            kind=int,
+            minimum=1,
+            maximum=4,
+            help="After the audit, run DCGM's diagnostic at this level (2 about two minutes, 3 about "
             "fifteen, both loading the GPUs), unless a critical check failed or a job uses a GPU.",
         ),
     ] = None,
     dcgm_timeout: Annotated[
         float | None,
-        typer.Option("--dcgm-timeout", help="Seconds DCGM may run before it aborts the diagnostic itself."),
+        seconds_option(
+            "--dcgm-timeout",
+            minimum=1.0,  # DCGM counts whole seconds
+            help="Seconds DCGM may run before it aborts the diagnostic itself.",
+        ),
     ] = None,
 ) -> None:
     """Audit this node, then run `dltune bench --quick` on its GPUs (CPU where none), unless a critical
@@ -59,9 +74,6 @@ def check(
 
     if dcgm is not None and dcgm not in DCGM_TIMEOUT_S:
         raise typer.BadParameter(f"{dcgm}: DCGM's levels are 1, 2, 3 and 4", param_hint="--dcgm")
-    check_timeouts(timeout=timeout, nfs_timeout=nfs_timeout, nvml_timeout=nvml_timeout)
-    if dcgm_timeout is not None:
-        check_timeouts(dcgm_timeout=dcgm_timeout)
     snapshot, results, host = audit_results(Path("/"), None, nfs_timeout, nvml_timeout, Deadline(timeout))
     busy = {g.index: g.compute_pids for g in snapshot.nvml.gpus if g.compute_pids}
     if dcgm is not None:

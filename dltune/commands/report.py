@@ -23,7 +23,13 @@ def report(
     Exit 0 when every node is reachable with no fail and no error, else 1."""
     from dltune import cluster
 
-    missing = [str(p) for p in paths if not p.exists()]
+    missing = []
+    for given in paths:
+        try:
+            if not given.exists():
+                missing.append(str(given))
+        except OSError as exc:  # a name too long, a directory above that this user cannot search
+            raise typer.BadParameter(f"{given}: {exc.strerror or exc}", param_hint="PATHS") from exc
     if missing:
         raise typer.BadParameter(f"{', '.join(missing)} does not exist", param_hint="PATHS")
     for path, hint in ((html_file, "--html"), (json_file, "--json")):

@@ -10,8 +10,13 @@ from typing import Annotated, Any
 
 import typer
 
-from dltune.commands import EXIT_INTERRUPTED, interrupt, progress_console
+from dltune.commands import EXIT_INTERRUPTED, interrupt, number_option, progress_console
 from dltune.text import visible
+
+# The same limit as dltune.stage's (not imported here: the CLI loads staging only when it runs).
+MAX_BWLIMIT = 1e6
+# A Slurm job's node count, as --plan takes it (Slurm's own limit is far below).
+MAX_NODES = 1_000_000
 
 
 # long: mostly its option declarations and the progress bar
@@ -26,11 +31,12 @@ def stage(
     ] = None,
     workers: Annotated[
         int | None,
-        typer.Option(
+        number_option(
             "--workers",
+            kind=int,
+            minimum=1,
+            maximum=256,
             help="Parallel copy streams (default: 4 from a local disk, 16 from a network filesystem).",
-            min=1,
-            max=256,
         ),
     ] = None,
     verify: Annotated[
@@ -42,8 +48,13 @@ def stage(
     ] = False,
     nodes: Annotated[
         int,
-        typer.Option(
-            "--nodes", help="With --plan: the job's node count.", envvar="SLURM_JOB_NUM_NODES", min=1
+        number_option(
+            "--nodes",
+            kind=int,
+            minimum=1,
+            maximum=MAX_NODES,
+            help="With --plan: the job's node count.",
+            envvar="SLURM_JOB_NUM_NODES",
         ),
     ] = 1,
     replace: Annotated[
@@ -59,7 +70,13 @@ def stage(
     ] = False,
     bwlimit: Annotated[
         float,
-        typer.Option("--bwlimit", help="Read SRC at most this fast, in MB/s (0: no limit).", min=0),
+        number_option(
+            "--bwlimit",
+            kind=float,
+            minimum=0,
+            maximum=MAX_BWLIMIT,
+            help="Read SRC at most this fast, in MB/s (0: no limit).",
+        ),
     ] = 0,
 ) -> None:
     """Copy SRC to DIR/<name> on node-local disk: parallel, resumable, atomic. Prints the staged path.
@@ -187,23 +204,32 @@ def stage_node(
     name: Annotated[str, typer.Option("--name")],
     payload: Annotated[Path | None, typer.Option("--payload")] = None,
     identity: Annotated[str, typer.Option("--identity")] = "{}",
-    payload_bytes: Annotated[int, typer.Option("--payload-bytes")] = 0,
+    payload_bytes: Annotated[
+        int, number_option("--payload-bytes", kind=int, minimum=0, maximum=2**63 - 1, help="Payload size.")
+    ] = 0,
     payload_sha256: Annotated[str, typer.Option("--payload-sha256")] = "",
     source: Annotated[Path | None, typer.Option("--source")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", min=1, max=256)] = None,
+    workers: Annotated[
+        int | None, number_option("--workers", kind=int, minimum=1, maximum=256, help="Copy streams.")
+    ] = None,
     verify: Annotated[bool, typer.Option("--verify")] = False,
     checksum: Annotated[bool, typer.Option("--checksum")] = False,
     replace: Annotated[bool, typer.Option("--replace")] = False,
-    bwlimit: Annotated[float, typer.Option("--bwlimit", min=0)] = 0,
+    bwlimit: Annotated[
+        float, number_option("--bwlimit", kind=float, minimum=0, maximum=MAX_BWLIMIT, help="MB/s.")
+    ] = 0,
 ) -> None:
     """One node's part of `dltune stage --broadcast` (run by srun, one task per node): prints one
     DLTUNE-NODE line with its outcome. Not for direct use."""
-    import json
-
-    from dltune import stage_broadcast
+    from dltune import safeio, stage_broadcast
 
     options = stage_broadcast.Options(workers, verify, checksum, replace, bwlimit or None)
-    source_identity = json.loads(identity)
+    try:
+        source_identity = safeio.loads(identity)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not a JSON object: {exc}", param_hint="--identity") from exc
+    if not isinstance(source_identity, dict):
+        raise typer.BadParameter("not a JSON object", param_hint="--identity")
     if step == "check":
         outcome = stage_broadcast.node_check(to, name, source_identity, payload_bytes, delivered=payload)
     elif step == "finish" and payload is not None:

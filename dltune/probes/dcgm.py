@@ -13,9 +13,9 @@ not know is never read as a pass.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from dltune import safeio
 from dltune.probes.runner import CommandRunner
 from dltune.snapshot import DcgmDiag, DcgmTest
 
@@ -64,8 +64,8 @@ def parse_dcgm_diag(text: str) -> tuple[tuple[DcgmTest, ...], str | None, str | 
     if start < 0:
         return (), None, "dcgmi printed no JSON"
     try:
-        data = json.JSONDecoder().raw_decode(text[start:])[0]
-    except ValueError as exc:
+        data = safeio.decode_first(text[start:])
+    except ValueError as exc:  # bad syntax, nested too deep, a non-finite number
         return (), None, f"dcgmi's JSON is not readable ({exc})"
     if not isinstance(data, dict):
         return (), None, "dcgmi's JSON is not an object"

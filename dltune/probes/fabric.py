@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dltune.probes.hostfs import HostFS
 from dltune.probes.watchdog import Deadline, run_child
 from dltune.snapshot import AerCounts, Fabric, IbPort, PciDevice
+from dltune.text import decimal
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 INFINIBAND = "/sys/class/infiniband"
@@ -29,7 +30,7 @@ AER_FILES = {"fatal": "aer_dev_fatal", "nonfatal": "aer_dev_nonfatal", "correcta
 _AER_TOTALS = {"TOTAL_ERR_FATAL", "TOTAL_ERR_NONFATAL", "TOTAL_ERR_COR"}
 # "RxErr 0", "Data Link Protocol 0", "TOTAL_ERR_COR 3": a name, then its count. Newlines may have
 # been lost on the way (some tools print the file joined), so the count ends a pair, not a line.
-_AER_PAIR = re.compile(r"([A-Za-z][A-Za-z_/ -]*?)\s+(\d+)")
+_AER_PAIR = re.compile(r"([A-Za-z][A-Za-z_/ -]*?)\s+([0-9]+)")  # [0-9]: ASCII digits only
 # Counters that say a link is unhealthy (IBA PortCounters, as sysfs names them).
 IB_ERROR_COUNTERS = (
     "symbol_error",
@@ -40,7 +41,7 @@ IB_ERROR_COUNTERS = (
     "excessive_buffer_overrun_errors",
 )
 _IB_PORT_FILES = ("state", "phys_state", "rate", "link_layer")
-_RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec(?:\s*\((\d+X)[^)]*\))?")
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec(?:\s*\(([0-9]+X)[^)]*\))?")
 IB_TIMEOUT_S = 5.0
 _PCI_ADDRESS = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 FABRIC_MANAGER_COMM = "nv-fabricmanager"
@@ -51,21 +52,25 @@ def parse_aer(text: str) -> tuple[int | None, dict[str, int]]:
     named counters. Both the kernel's short names (5.x: "RxErr") and long ones ("Data Link Protocol")."""
     total = None
     named: dict[str, int] = {}
-    for name, count in _AER_PAIR.findall(text):
-        name = name.strip()
+    read = False
+    for name, digits in _AER_PAIR.findall(text):
+        name, count = name.strip(), decimal(digits)
+        if count is None:  # more digits than a counter has
+            continue
+        read = True
         if name in _AER_TOTALS:
-            total = int(count)
-        elif int(count):
-            named[name] = int(count)
+            total = count
+        elif count:
+            named[name] = count
     if total is None and named:
         total = sum(named.values())
-    elif total is None and _AER_PAIR.search(text):
+    elif total is None and read:
         total = 0
     return total, named
 
 
 def _int(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() else None
+    return decimal(text) if text is not None else None
 
 
 def _kind(vendor: str, device_class: str) -> str | None:
@@ -177,18 +182,19 @@ def ports_from_values(
     found = []
     for device, port, files in ports:
         state, phys_state, rate, link_layer = (values.get(path) for path in files[: len(_IB_PORT_FILES)])
-        if state is None or phys_state is None or not port.isdigit():
+        number = decimal(port)
+        if state is None or phys_state is None or number is None:
             continue
         gbps, width = parse_rate(rate or "")
-        counters = {
-            name: int(values[path])
+        read = {
+            name: decimal(values.get(path, ""))
             for name, path in zip(IB_ERROR_COUNTERS, files[len(_IB_PORT_FILES) :], strict=True)
-            if values.get(path, "").isdigit()
         }
+        counters = {name: count for name, count in read.items() if count is not None}
         found.append(
             IbPort(
                 device=device,
-                port=int(port),
+                port=number,
                 state=_state_name(state),
                 phys_state=_state_name(phys_state),
                 rate_gbps=gbps,
@@ -240,16 +246,10 @@ def read_ipoib(fs: HostFS, interfaces: Iterable[str]) -> dict[str, str]:
 def fabric_manager_running(fs: HostFS) -> bool:
     """Whether an nv-fabricmanager process runs (any user may read /proc/<pid>/comm)."""
     try:
-        entries = [p for p in fs.path("/proc").iterdir() if p.name.isdigit()]
+        pids = [p.name for p in fs.path("/proc").iterdir() if decimal(p.name) is not None]
     except OSError:
         return False
-    for entry in entries:
-        try:
-            if (entry / "comm").read_text().strip() == FABRIC_MANAGER_COMM:
-                return True
-        except OSError:
-            continue
-    return False
+    return any(fs.read_stripped(f"/proc/{pid}/comm") == FABRIC_MANAGER_COMM for pid in pids)
 
 
 def read_fabric(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
+from dltune.safeio import read_regular
+
 # The kernel gives up after 40 links in one lookup (ELOOP); so does resolve().
 MAX_LINKS = 40
 
@@ -18,8 +20,14 @@ class HostFS:
     def path(self, host_path: str) -> Path:
         return self.root / host_path.lstrip("/")
 
+    def read_bytes(self, host_path: str, max_bytes: int | None = None) -> bytes:
+        """Every read of a host file goes through here: regular files only, so a FIFO, a socket or a
+        device under the root (a fixture tree anyone could write) never blocks the audit; they raise
+        ``OSError`` like any file that cannot be read (see dltune.safeio.read_regular)."""
+        return read_regular(self.path(host_path), max_bytes)
+
     def read_text(self, host_path: str) -> str:
-        return self.path(host_path).read_text(encoding="utf-8", errors="surrogateescape")
+        return self.read_bytes(host_path).decode("utf-8", errors="surrogateescape")
 
     def read_stripped(self, host_path: str) -> str | None:
         """A sysfs-style one-value file, stripped; None where it cannot be read (absent, no access)."""

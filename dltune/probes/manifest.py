@@ -7,10 +7,10 @@ condition that prevents a judgement is a ``fail``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from dltune import safeio
 from dltune.probes.hostfs import HostFS
 from dltune.schema import Field, of, optional, validate
 from dltune.snapshot import MANIFEST_DIR
@@ -125,8 +125,7 @@ def read_manifest(fs: HostFS) -> tuple[dict[str, Mapping[str, Any]], dict[str, s
         role = path.stem
         where = f"{MANIFEST_DIR}/{path.name}"
         try:
-            with path.open("rb") as handle:
-                raw = handle.read(MAX_FRAGMENT_BYTES + 1)
+            raw = fs.read_bytes(where, MAX_FRAGMENT_BYTES)
         except OSError as exc:
             problems[role] = f"{where} cannot be read: {exc.strerror or exc}"
             continue
@@ -134,8 +133,8 @@ def read_manifest(fs: HostFS) -> tuple[dict[str, Mapping[str, Any]], dict[str, s
             problems[role] = f"{where} is larger than {MAX_FRAGMENT_BYTES} bytes: not a manifest fragment"
             continue
         try:
-            data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            data = safeio.loads(raw.decode("utf-8"))
+        except ValueError as exc:  # UnicodeDecodeError, bad syntax, too deep, not finite
             problems[role] = f"{where} is not valid JSON: {exc}"
             continue
         found = check_fragment(role, data)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 from dltune.snapshot import Fstab, FstabEntry, Mount, UnparsedLine
+from dltune.text import decimal
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 _BLANKS = re.compile(r"[ \t]+")
-_ASCII_NUMBER = re.compile(r"[0-9]+")
 # libmount's tags (blkid_parse_tag_string): NAME=value, NAME="value" or NAME='value'.
 _QUOTED_TAG = re.compile(r"^(?P<name>UUID|LABEL|PARTUUID|PARTLABEL|ID)=(?P<q>[\"'])(?P<value>.*)(?P=q)$")
 
@@ -79,8 +79,7 @@ def parse_fstab(text: str) -> Fstab:
             reason = f"{len(fields)} field(s), at least 3 needed (spec, mount point, type)"
         elif len(fields) > 6:
             reason = f"{len(fields)} fields, at most 6 allowed"
-        elif any(not _ASCII_NUMBER.fullmatch(f) for f in fields[4:6]):
-            # str.isdigit() accepts "²", which int() then refuses: only ASCII digits are numbers here.
+        elif any(decimal(f) is None for f in fields[4:6]):  # ASCII digits only ("²" is no number)
             reason = "dump and pass must be numbers"
         if reason is not None:
             unparsed.append(UnparsedLine(line_no, line, reason))
@@ -92,8 +91,8 @@ def parse_fstab(text: str) -> Fstab:
                 mount_point=unescape(fields[1]),
                 fstype=fields[2],
                 options=parse_options(fields[3]) if len(fields) > 3 else ("defaults",),
-                freq=int(fields[4]) if len(fields) > 4 else 0,
-                passno=int(fields[5]) if len(fields) > 5 else 0,
+                freq=(decimal(fields[4]) or 0) if len(fields) > 4 else 0,
+                passno=(decimal(fields[5]) or 0) if len(fields) > 5 else 0,
             )
         )
     return Fstab(tuple(entries), tuple(unparsed))

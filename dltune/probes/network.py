@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 
+from dltune import safeio
 from dltune.probes.runner import CommandRunner
 from dltune.snapshot import Responsiveness, RouteChoice
 
@@ -17,8 +17,8 @@ def route_to(runner: CommandRunner, address: str) -> RouteChoice:
     if not done.ok:
         return RouteChoice(None, None, done.stderr.strip() or f"ip route get failed (rc={done.returncode})")
     try:
-        first = json.loads(done.stdout)[0]
-    except (ValueError, IndexError, TypeError, KeyError, RecursionError):
+        first = safeio.loads(done.stdout)[0]
+    except (ValueError, IndexError, TypeError, KeyError):
         first = None
     if not isinstance(first, dict):
         return RouteChoice(None, None, f"unreadable ip -j output: {done.stdout[:80]!r}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import json
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -65,8 +64,10 @@ def probe_nvml_in_child(timeout: float = NVML_TIMEOUT_S, deadline: Deadline | No
         if deadline and deadline.expired():
             deadline.missed["nvml"] = f"NVML (driver and gpu areas): no answer within {limit:.0f} s"
         return NvmlState(False, f"NVML did not answer in {limit:.0f} s", hung=True)
+    from dltune import safeio
+
     try:
-        return _from_json(json.loads(done.stdout))
+        return _from_json(safeio.loads(done.stdout))
     except (ValueError, TypeError, KeyError) as exc:
         return NvmlState(
             False, f"NVML probe failed (rc={done.returncode}): {done.stderr.strip()[-300:] or exc}"

@@ -16,11 +16,12 @@ from dltune.snapshot import UNKNOWN_DEVICE, GpuEvent, NvrmLog
 
 _DEVICE = r"(?:PCI:)?(?P<dev>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?"
 DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX")
-XID = re.compile(rf"NVRM: Xid \({_DEVICE}\): (?P<xid>\d+)(?:,\s*(?P<rest>.*))?")
+XID = re.compile(rf"NVRM: Xid \({_DEVICE}\): (?P<xid>[0-9]{{1,9}})(?![0-9])(?:,\s*(?P<rest>.*))?")
 FALLEN_OFF = re.compile(rf"NVRM: GPU (?:at )?{_DEVICE}:? (?:GPU )?has fallen off the bus")
 INIT_FAILED = re.compile(rf"NVRM: (?:GPU {_DEVICE}: )?RmInitAdapter failed")
 INIT_FAILED_MINOR = re.compile(
-    r"NVRM: rm_init_adapter(?:\((?P<minor>\d+)\)| failed for device bearing minor number (?P<minor2>\d+))"
+    r"NVRM: rm_init_adapter(?:\((?P<minor>[0-9]+)\)"
+    r"| failed for device bearing minor number (?P<minor2>[0-9]+))"
 )
 GSP_TIMEOUT = re.compile(r"NVRM: .*GSP.*(?:[Tt]imeout|timed out)")
 SEVERITY_WORD = re.compile(r"\b(?P<word>Fatal|Nonfatal)\b")

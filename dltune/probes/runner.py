@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from dltune import safeio
+from dltune.model import InputError
 from dltune.probes.watchdog import run_child
+from dltune.schema import of, optional, validate
 
 # A fixture tree for `dltune audit --root` keeps the outputs of the commands probes run here.
 RECORDINGS_FILE = "dltune-commands.json"
+RECORDINGS_SCHEMA = of(
+    dict,
+    items=of(
+        dict,
+        keys={
+            "returncode": optional(int, minimum=-255, maximum=255),
+            "stdout": optional(str),
+            "stderr": optional(str),
+        },
+    ),
+)
+MAX_RECORDINGS_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -57,13 +72,22 @@ class RecordedRunner:
 
     @classmethod
     def from_file(cls, path: str | Path) -> RecordedRunner:
-        return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+        """The recordings in ``path``; one that cannot be read or has another shape raises InputError
+        naming the file (a fixture tree is anyone's to write: a FIFO, deep JSON, a string exit code)."""
+        try:
+            data = safeio.load_file(path, MAX_RECORDINGS_BYTES)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from exc
+        problems = validate(data, RECORDINGS_SCHEMA)
+        if problems:
+            raise InputError(f"{path}: not recorded commands: {'; '.join(problems[:3])}")
+        return cls(data)
 
     @classmethod
     def for_fixture_root(cls, root: str | Path) -> RecordedRunner:
         """A fixture tree's recorded commands (``<root>/dltune-commands.json``), or none at all."""
         path = Path(root) / RECORDINGS_FILE
-        return cls.from_file(path) if path.is_file() else cls({})
+        return cls.from_file(path) if os.path.lexists(path) else cls({})
 
     def run(self, argv: Sequence[str], timeout: float = 5.0) -> CommandResult:
         args = tuple(argv)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dltune.text import decimal
+
 if TYPE_CHECKING:
     from dltune.snapshot import StatFs
 
@@ -127,11 +129,11 @@ def statfs_many(paths: Sequence[str], timeout: float) -> dict[str, StatFs | str]
             _abandon(child)
             found[path] = f"statfs did not answer within {timeout:g} s"
             continue
-        fields = out.split()
-        if child.returncode != 0 or len(fields) != 5 or not all(f.isdigit() for f in fields):
+        fields = [decimal(f) for f in out.split()]
+        if child.returncode != 0 or len(fields) != 5 or None in fields:
             found[path] = f"statfs failed: {err.strip() or out.strip() or child.returncode}"
             continue
-        block, blocks, available, inodes, free_inodes = (int(f) for f in fields)
+        block, blocks, available, inodes, free_inodes = (f or 0 for f in fields)
         found[path] = StatFs(blocks * block, available * block, inodes, free_inodes)
     return found
 
@@ -151,10 +153,10 @@ def stuck_children(kind: str, older_than: float, proc: Path = Path("/proc")) -> 
             continue
         try:
             stat_fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-            started = int(stat_fields[19]) / ticks  # field 22 of /proc/PID/stat: starttime
+            start_ticks = decimal(stat_fields[19])  # field 22 of /proc/PID/stat: starttime
         except (OSError, ValueError, IndexError):
             continue
-        if uptime - started > older_than:
+        if start_ticks is not None and uptime - start_ticks / ticks > older_than:
             found.append(pid)
     return sorted(found)
 
@@ -162,9 +164,10 @@ def stuck_children(kind: str, older_than: float, proc: Path = Path("/proc")) -> 
 def process_cmdlines(proc: Path = Path("/proc")) -> Iterator[tuple[int, bytes]]:
     """(pid, raw command line) of every other process that can still be read."""
     for entry in proc.iterdir() if proc.is_dir() else []:
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        pid = decimal(entry.name)
+        if pid is None or pid == os.getpid():
             continue
         try:
-            yield int(entry.name), (entry / "cmdline").read_bytes()
+            yield pid, (entry / "cmdline").read_bytes()
         except OSError:
             continue

@@ -2,8 +2,8 @@
 a directory, unreadable, or (for JSON) wrongly shaped, still gives a complete JSON envelope and an
 exit code of the contract, and a file that prevents a judgement is a `fail` naming it.
 
-Tests run as root, so "unreadable" is injected where files are read (HostFS.read_text, Path.open),
-the lowest point the probes share; everything else is a real file in a real tree under --root."""
+Tests run as root, so "unreadable" is injected where files are read (HostFS.read_bytes), the lowest
+point the probes share; everything else is a real file in a real tree under --root."""
 
 from __future__ import annotations
 
@@ -134,21 +134,14 @@ def test_an_unreadable_file_never_crashes_the_audit(
     root = _tree(tmp_path)
     _write(root, host_path, b"present but unreadable\n")
     target = root / host_path.lstrip("/")
-    original_read: Callable[[HostFS, str], str] = HostFS.read_text
-    original_open = Path.open
+    original_read: Callable[[HostFS, str, int | None], bytes] = HostFS.read_bytes
 
-    def read_text(self: HostFS, path: str) -> str:
+    def read_bytes(self: HostFS, path: str, max_bytes: int | None = None) -> bytes:
         if self.path(path) == target:
             raise PermissionError(13, "Permission denied")
-        return original_read(self, path)
+        return original_read(self, path, max_bytes)
 
-    def open_(self: Path, *args: Any, **kwargs: Any) -> Any:
-        if self == target:
-            raise PermissionError(13, "Permission denied")
-        return original_open(self, *args, **kwargs)
-
-    monkeypatch.setattr(HostFS, "read_text", read_text)
-    monkeypatch.setattr(Path, "open", open_)
+    monkeypatch.setattr(HostFS, "read_bytes", read_bytes)
     rc, envelope = _audit(root)
     blocked = JUDGED_FROM.get(host_path)
     if blocked:
