@@ -57,9 +57,28 @@ def test_blank_disk_without_permission_is_left_blank(host: Any, disks: dict[str,
 @pytest.mark.parametrize(
     ("devices", "named"),
     [
-        ([{"device": "/dev/loop0", "mount_point": "data/rel"}], "mount_point 'data/rel'"),
-        ([{"device": "/dev/loop0", "mount_point": "/"}], "mount_point '/'"),
-        ([{"device": "/dev/loop0", "mount_point": "/data/x/../y"}], "mount_point '/data/x/../y'"),
+        ([{"device": "/dev/loop0", "mount_point": "data/rel"}], "mount_point=data/rel is refused"),
+        ([{"device": "/dev/loop0", "mount_point": "/"}], "mount_point=/ is refused"),
+        ([{"device": "/dev/loop0", "mount_point": "/data/x/../y"}], "mount_point=/data/x/../y is refused"),
+        (
+            [{"device": "/dev/loop0", "mount_point": "/home"}],
+            "mount_point=/home is refused: a system directory",
+        ),
+        ([{"device": "/dev/loop0", "mount_point": "/var/lib/data"}], "mount_point=/var/lib/data is refused"),
+        (
+            [
+                {
+                    "device": "/dev/loop0",
+                    "mount_point": "/data/x",
+                    "options": ["defaults", "noatime", "relatime"],
+                }
+            ],
+            "'noatime' and 'relatime' contradict each other",
+        ),
+        (
+            [{"device": "/dev/loop0", "mount_point": "/data/x", "options": ["defaults", "noatime,ro"]}],
+            "the item 'noatime,ro' holds a comma",
+        ),
         ([{"device": "/dev/loop0", "mount_point": "/data/x", "fstype": "ntfs"}], "fstype 'ntfs'"),
         (
             [
@@ -82,4 +101,66 @@ def test_bad_input_fails_naming_the_variable_and_changes_nothing(
     rc, failures, changed = run_role(host, {"data_disks_format_allowed": True, "data_disks_devices": devices})
     assert rc != 0 and changed == 0
     assert len(failures) == 1 and "data_disks_devices" in failures[0] and named in failures[0], failures
+    assert state(host, list(disks.values())) == before
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"data_disks_device_timeout": "10s,ro"}, "data_disks_device_timeout=10s,ro is invalid"),
+        (
+            {"data_disks_default_options": ["defaults,relatime", "noatime"]},
+            "data_disks_default_options=defaults,relatime,noatime is refused",
+        ),
+    ],
+)
+def test_option_lists_are_judged_joined(
+    host: Any, disks: dict[str, str], extra: dict[str, Any], named: str
+) -> None:
+    """An item that smuggles a second option in with a comma is refused, naming the variable."""
+    before = state(host, list(disks.values()))
+    devices = [{"device": disks["data"], "mount_point": "/data/datasets"}]
+    rc, failures, changed = run_role(host, {"data_disks_devices": devices, **extra})
+    assert rc != 0 and changed == 0
+    assert len(failures) == 1 and named in failures[0], failures
+    assert state(host, list(disks.values())) == before
+
+
+def test_a_mount_point_that_holds_files_is_refused_and_kept(host: Any, disks: dict[str, str]) -> None:
+    """A mount would hide what its mount point holds: refused on the node before any change, naming
+    the mount point and what is there; the files and every disk stay as they were."""
+    host.run_test("mkdir -p /data/occupied && echo keep > /data/occupied/notes.txt")
+    try:
+        before = state(host, list(disks.values())) + host.check_output("sha256sum /data/occupied/notes.txt")
+        rc, failures, changed = run_role(
+            host, {"data_disks_devices": [{"device": disks["data"], "mount_point": "/data/occupied"}]}
+        )
+        assert rc != 0 and changed == 0
+        assert len(failures) == 1, failures
+        assert (
+            "data_disks_devices[0].mount_point=/data/occupied is refused: it is not empty (holds notes.txt)"
+            in (failures[0])
+        )
+        assert (
+            state(host, list(disks.values())) + host.check_output("sha256sum /data/occupied/notes.txt")
+            == before
+        )
+    finally:
+        host.run("rm -rf /data/occupied")
+
+
+def test_rollback_refuses_a_mount_point_the_role_did_not_record(host: Any, disks: dict[str, str]) -> None:
+    """state absent unmounts only what the manifest recorded mounting: /data/other is not in it."""
+    before = state(host, list(disks.values()))
+    rc, failures, changed = run_role(
+        host,
+        {
+            "data_disks_state": "absent",
+            "data_disks_devices": [{"device": disks["data"], "mount_point": "/data/other"}],
+        },
+    )
+    assert rc != 0 and changed == 0
+    assert (
+        len(failures) == 1 and "mount_point=/data/other is refused: not what the role recorded" in failures[0]
+    )
     assert state(host, list(disks.values())) == before

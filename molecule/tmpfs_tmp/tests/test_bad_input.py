@@ -27,6 +27,9 @@ SCENARIO = Path(__file__).resolve().parent.parent
         ('{"tmpfs_tmp_size": "lots"}', "tmpfs_tmp_size=lots"),
         ('{"tmpfs_tmp_options": ["noatime", "size=50%"]}', "tmpfs_tmp_options"),
         ('{"tmpfs_tmp_live_mount": "sometimes"}', "tmpfs_tmp_live_mount"),
+        ('{"tmpfs_tmp_options": ["noatime", "relatime"]}', "tmpfs_tmp_options=noatime,relatime is refused"),
+        ('{"tmpfs_tmp_options": ["noatime", "nosuid,exec"]}', "the item 'nosuid,exec' holds a comma"),
+        ('{"tmpfs_tmp_options": ["mode=1777", "mode=0755"]}', "'mode=1777' and 'mode=0755' contradict"),
     ],
 )
 def test_bad_input_is_refused_before_any_change(host: Any, extra_vars: str, named: str) -> None:

@@ -5,6 +5,7 @@
 - ``data_disks_fstab``: the new /etc/fstab text: data disk lines added or replaced in place, noatime
   added to system mount lines, every other line (comments, foreign entries) kept byte for byte.
 - ``data_disks_verify_errors``: the ``[E]`` findings of ``findmnt --verify`` as (target, message).
+- ``data_disks_mount_point_errors``: the mount points that are neither empty nor this disk's mount.
 """
 
 from __future__ import annotations
@@ -204,6 +205,63 @@ def data_disks_plan(
     return plans
 
 
+def _filesystems(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The entries of a ``findmnt --json`` result (a skipped or empty probe has none)."""
+    try:
+        data = json.loads(result.get("stdout") or '{"filesystems": []}')
+    except ValueError:
+        return []
+    return [dict(f) for f in data.get("filesystems", [])]
+
+
+def data_disks_mount_point_errors(
+    disks: list[dict[str, Any]],
+    findmnt: list[dict[str, Any]],
+    stats: list[dict[str, Any]],
+    entries: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+) -> list[str]:
+    """A refusal per disk whose mount point is neither empty nor already this disk's mount: another
+    filesystem mounted there, a link (a mount follows it), a file, or a directory that holds entries
+    the mount would hide. Inputs: per disk, ``findmnt --source DEVICE`` (where the disk is mounted),
+    ``stat`` of the mount point, ``find -maxdepth 1`` of it, ``findmnt --mountpoint`` of it."""
+    errors = []
+    for index, (disk, here, st, found, there) in enumerate(
+        zip(disks, findmnt, stats, entries, mounts, strict=True)
+    ):
+        point = disk["mount_point"]
+        refused = f"data_disks_devices[{index}].mount_point={point} is refused: "
+        if point in [f.get("target") for f in _filesystems(here)]:
+            continue  # already this disk's mount: a rerun, or a disk mounted in place
+        others = [str(f.get("source", "?")) for f in _filesystems(there)]
+        if others:
+            errors.append(
+                refused + f"{', '.join(others)} is mounted there, not {disk['device']}: unmount it or choose "
+                "another mount point"
+            )
+            continue
+        stat = st.get("stat") or {}
+        if not stat.get("exists"):
+            continue
+        if stat.get("islnk"):
+            errors.append(
+                refused + f"it is a link (to {stat.get('lnk_source', '?')}), which a mount would follow"
+            )
+        elif not stat.get("isdir"):
+            errors.append(refused + "it is a file, not a directory")
+        else:
+            names = [line for line in str(found.get("stdout", "")).splitlines() if line]
+            if names:
+                shown = ", ".join(sorted(names)[:3]) + (
+                    f" and {len(names) - 3} more" if len(names) > 3 else ""
+                )
+                errors.append(
+                    refused + f"it is not empty (holds {shown}): mounting {disk['device']} there would hide "
+                    "that data; empty it or choose another mount point"
+                )
+    return errors
+
+
 def data_disks_verify_errors(stdout: str) -> list[list[str]]:
     """``findmnt --verify`` output -> [[target, message]] for each error ([E]) line."""
     errors = []
@@ -223,4 +281,5 @@ class FilterModule:
             "data_disks_fstab": data_disks_fstab,
             "data_disks_verify_errors": data_disks_verify_errors,
             "data_disks_fstab_mount_points": data_disks_fstab_mount_points,
+            "data_disks_mount_point_errors": data_disks_mount_point_errors,
         }
