@@ -178,6 +178,61 @@ def test_a_job_over_every_lab_node_gets_a_private_node_local_tmpdir(lab: None) -
             pytest.fail(f"{host}: {tmpdir} is still there 30 s after the job")
 
 
+# Run by alice in her job on each node: links to root's files at the top of $SLURM_TMPDIR and at the
+# bottom of a 5,000-level tree (the old recursive Epilog died of it and Slurm drained the node).
+DEEP_TREE_WITH_LINKS = """
+import os
+targets = ["/etc/dltune-lab/victim-file", "/root/victim-dir", "/", "/etc"]
+fd = os.open(os.environ["SLURM_TMPDIR"], os.O_RDONLY | os.O_DIRECTORY)
+for number, target in enumerate(targets):
+    os.symlink(target, "link%d" % number, dir_fd=fd)
+for _ in range(5000):
+    os.mkdir("d", dir_fd=fd)
+    child = os.open("d", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+    os.close(fd)
+    fd = child
+for number, target in enumerate(targets):
+    os.symlink(target, "link%d" % number, dir_fd=fd)
+print(os.uname().nodename, "built", os.environ["SLURM_TMPDIR"])
+"""
+VICTIMS = "/etc/dltune-lab/victim-file /root/victim-dir /root/victim-dir/file"
+
+
+def victims_state(node: str) -> str:
+    return docker_exec(node, "sh", "-c", f"stat -c '%n %a %U %s' {VICTIMS} && sha256sum {VICTIMS.split()[0]}")
+
+
+def test_a_job_leaving_a_5000_level_tree_and_planted_links_keeps_every_node_in_service(lab: None) -> None:
+    """Alice's batch job leaves, on each node, a 5,000-level tree and links to root's files and
+    directories in $SLURM_TMPDIR. The Epilog removes it all without following a link (the targets
+    keep their content, mode and owner), exits 0, and so every node stays in service: a failing
+    Epilog would drain the node, which any job user could otherwise do on purpose."""
+    for node in NODES:
+        docker_exec(
+            node, "sh", "-c",
+            "mkdir -p /root/victim-dir /etc/dltune-lab && echo keep > /root/victim-dir/file && "
+            "echo precious > /etc/dltune-lab/victim-file && chmod 0600 /etc/dltune-lab/victim-file",
+        )  # fmt: skip
+    before = {node: victims_state(node) for node in NODES}
+    done, output = sbatch_as_alice(f"srun --ntasks-per-node=1 python3 -c '{DEEP_TREE_WITH_LINKS}'")
+    try:
+        assert done.returncode == 0, (done.stderr, output[-3000:])
+        built = dict(line.split(" built ") for line in output.splitlines() if " built " in line)
+        assert sorted(built) == list(NODES), output[-3000:]
+        for node in NODES:
+            state, reason = slurm_node(node)
+            assert "DRAIN" not in state and "Epilog" not in reason, (node, state, reason)
+            left = docker_exec(node, "ls", "-A", "/localscratch").split()
+            job = built[node].rsplit(".", 1)[1]
+            assert f"alice.{job}" not in left and f".dltune-trash.{job}" not in left, (node, left)
+            assert victims_state(node) == before[node], node
+    finally:
+        for node in NODES:  # a drained node would fail every later lab test: give it back
+            if "Epilog" in slurm_node(node)[1]:
+                docker_exec(node, "scontrol", "update", f"nodename={node}", "state=resume")
+            docker_exec(node, "rm", "-rf", "/root/victim-dir", "/etc/dltune-lab/victim-file")
+
+
 def srun_as_alice(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["docker", "exec", NODES[0], "runuser", "-u", "alice", "--", "srun", "--chdir=/tmp", *argv],
