@@ -39,6 +39,7 @@ trap finish EXIT
 phase venv make -s venv || exit 1
 phase lab env DLTUNE_LAB_WITH_NODES=0 make -s lab || exit 1
 phase lint make -s lint || status=1
+phase py310 make -s py310 || status=1
 phase molecule make -s molecule || status=1
 phase nodes make -s lab || exit 1
 phase pytest run_pytest || status=1

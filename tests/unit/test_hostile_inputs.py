@@ -46,6 +46,7 @@ from dltune.probes.nvrm import parse_nvrm
 from dltune.probes.runner import RecordedRunner
 from dltune.text import decimal
 from tests.conftest import FIXTURES, REPO_ROOT
+from tests.unit.test_stage import nobody_can_run_dltune
 
 SOME = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 NOW = datetime.now(timezone.utc)
@@ -563,6 +564,10 @@ def test_the_entry_point_runs_the_boundary() -> None:
     assert done.returncode == 2 and "paths" in one_line(done.stderr).lower()
 
 
+@pytest.mark.skipif(
+    not nobody_can_run_dltune(),
+    reason="needs root, setpriv, and this checkout's interpreter readable by an ordinary user",
+)
 def test_an_unsearchable_directory_as_another_user_is_one_line(tmp_path: Path) -> None:
     """Root searches every directory: the case needs an ordinary user (setpriv, as CI runs as root)."""
     locked = tmp_path / "locked"
