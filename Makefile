@@ -49,7 +49,7 @@ unit: venv
 PY310 ?= $(firstword $(wildcard /root/.pyenv/versions/3.10.*/bin/python3.10) $(shell command -v python3.10))
 PY310_SKIP := test_bench_playbook_srun test_data_disks_filters test_dltune_paths_filter test_lab_inventory \
   test_molecule_support test_nfs_multivip_filters test_nvidia_driver_plan test_outputs test_project \
-  test_roles_refuse_unsafe_inputs test_slurm_tmpdir_conf test_slurm_tmpdir_hook
+  test_real_corpus test_roles_refuse_unsafe_inputs test_shared_facts test_slurm_tmpdir_conf test_slurm_tmpdir_hook
 py310:
 	@if [ -z "$(PY310)" ]; then echo "py310: no Python 3.10 on this machine (pyenv or python3.10): tier skipped"; exit 0; fi; \
 	set -e; $(PY310) -m venv build/py310; \
