@@ -1334,18 +1334,7 @@ def _stage_kind(
     place: Destination, src: Path, kind: str, entries: list[Entry] | None, options: _Options, copier: Copier
 ) -> Summary:
     here = Path(fd_path(place.fd))
-    job = _Job(
-        src,
-        here / place.name,
-        here / place.partial,
-        options.workers,
-        options.verify,
-        options.checksum,
-        options.space,
-        options.on_total,
-        options.advance,
-        copier,
-    )
+    job = _Job(src, here / place.name, here / place.partial, options, copier)
     if kind == "file":
         return _stage_file(job)
     fresh = place.lstat(place.partial) is None
@@ -1379,22 +1368,19 @@ def _stage_kind(
 
 @dataclass(frozen=True)
 class _Job:
+    """One stage's source, final and partial paths, with the command's options and its copier."""
+
     src: Path
     dest: Path
     partial: Path
-    workers: int
-    verify: bool
-    checksum: bool
-    space: Callable[[Path], Space]
-    on_total: Callable[[int], Any] | None
-    advance: Progress
+    options: _Options
     copier: Copier
 
 
 def _checked_room(job: _Job, entries: list[Entry], done: list[Entry], fresh: bool) -> None:
     """The preflight (a refusal before anything was copied leaves the empty partial copy, which the
     caller removes with its record)."""
-    here = job.space(job.dest.parent)
+    here = job.options.space(job.dest.parent)
     block = max(here.block_size, 1)
     preflight(entries, sum(allocated(e.size, block) for e in done), len(done), here, job.dest.parent)
 
@@ -1405,14 +1391,14 @@ def _stage_dir(job: _Job, entries: list[Entry], fresh: bool) -> Summary:
         [] if fresh else [e for e in entries if e.kind == "file" and _complete(job.partial / e.relative, e)]
     )
     _checked_room(job, entries, done, fresh)
-    if job.on_total:
-        job.on_total(sum(e.size for e in entries if e.kind == "file"))
+    if job.options.on_total:
+        job.options.on_total(sum(e.size for e in entries if e.kind == "file"))
     copied, skipped = _stage_tree(
-        job.src, job.partial, entries, job.workers, job.advance, not fresh, job.copier
+        job.src, job.partial, entries, job.options.workers, job.options.advance, not fresh, job.copier
     )
     summary = Summary(job.dest, files=sum(e.kind == "file" for e in entries), bytes=copied, skipped=skipped)
-    if job.verify:
-        verify_tree(entries, job.src, job.partial, job.checksum)
+    if job.options.verify:
+        verify_tree(entries, job.src, job.partial, job.options.checksum)
         summary.verified = True
     return summary
 
@@ -1421,15 +1407,15 @@ def _stage_archive_into(job: _Job, fresh: bool) -> Summary:
     # Read once: the archive's own size is the least the extracted tree needs; ENOSPC during the
     # extraction is a clean error that keeps the partial tree.
     _checked_room(job, [Entry(job.src.name, "file", job.src.stat().st_size)], [], fresh)
-    if job.on_total:
-        job.on_total(0)
-    checksum = job.checksum and job.verify
-    read = _stage_archive(job.src, job.partial, job.advance, checksum, job.copier.throttle)
+    if job.options.on_total:
+        job.options.on_total(0)
+    checksum = job.options.checksum and job.options.verify
+    read = _stage_archive(job.src, job.partial, job.options.advance, checksum, job.copier.throttle)
     files = sum(e.kind == "file" for e in read.entries)
     summary = Summary(job.dest, files=files, bytes=read.copied, skipped=read.skipped)
     # Structure: every regular member is there at its size (and, asked, at its digest).
     verify_tree(read.entries, None, job.partial, checksum, read.digests if checksum else None)
-    summary.verified = job.verify
+    summary.verified = job.options.verify
     return summary
 
 
@@ -1439,14 +1425,14 @@ def _stage_file(job: _Job) -> Summary:
     st = job.src.stat()
     entry = Entry(job.dest.name, "file", st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
     _checked_room(job, [entry], [], fresh=False)
-    if job.on_total:
-        job.on_total(entry.size)
+    if job.options.on_total:
+        job.options.on_total(entry.size)
     _copy_steady(str(job.src), str(job.partial), entry, job.copier)
-    job.advance(entry.size)
+    job.options.advance(entry.size)
     summary = Summary(job.dest, files=1, bytes=entry.size)
-    if job.verify:
+    if job.options.verify:
         if job.partial.lstat().st_size != entry.size or (
-            job.checksum and sha256_file(job.src) != sha256_file(job.partial)
+            job.options.checksum and sha256_file(job.src) != sha256_file(job.partial)
         ):
             raise StageError(
                 f"verification failed for {job.dest.name}; the partial copy {job.partial} is kept"
