@@ -36,16 +36,7 @@ def dcgm(snap: Snapshot) -> list[Result]:
         "returncode": diag.returncode,
     }
     if diag.timed_out:
-        return [
-            Result(
-                "gpu.dcgm",
-                Status.FAIL,
-                f"`{diag.command}` did not finish ({diag.error}): a diagnostic hangs on a faulty GPU",
-                evidence=evidence,
-                remedy="drain the node; check nv-hostengine and the GPUs (nvidia-smi), then rerun the level",
-                critical=True,
-            )
-        ]
+        return [_ran_out_of_time(diag, snap, evidence)]
     if diag.error is not None:
         unsupported = "unsupported" in diag.error.lower()
         return [
@@ -60,6 +51,33 @@ def dcgm(snap: Snapshot) -> list[Result]:
             )
         ]
     return _test_results(diag, evidence)
+
+
+def _ran_out_of_time(diag: DcgmDiag, snap: Snapshot, evidence: dict[str, object]) -> Result:
+    """A diagnostic that did not finish is a fail; critical only when the GPUs do not answer either.
+    While NVML answers, the diagnostic ran out of time (a slow node, a limit set too short), not the
+    GPU: draining a healthy node for it is what the measured-timeout defaults exist to avoid."""
+    gpus_answer = snap.nvml.available and not snap.nvml.hung
+    evidence = {**evidence, "nvml_answers": gpus_answer, "nvml_error": snap.nvml.error}
+    if gpus_answer:
+        return Result(
+            "gpu.dcgm",
+            Status.FAIL,
+            f"`{diag.command}` did not finish ({diag.error}) while NVML still answers: the diagnostic ran "
+            "out of time, which says nothing about the GPUs yet",
+            evidence=evidence,
+            remedy=f"rerun with a longer limit (dltune check --dcgm {diag.level} --dcgm-timeout SECONDS) when "
+            "no job runs; a rerun that also runs out of time is a fault to chase with nv-hostengine's log",
+        )
+    return Result(
+        "gpu.dcgm",
+        Status.FAIL,
+        f"`{diag.command}` did not finish ({diag.error}) and NVML does not answer either "
+        f"({snap.nvml.error or 'hung'}): a GPU or the driver hangs",
+        evidence=evidence,
+        remedy="drain the node; check nv-hostengine and the GPUs (nvidia-smi), then rerun the level",
+        critical=True,
+    )
 
 
 def _test_results(diag: DcgmDiag, evidence: dict[str, object]) -> list[Result]:

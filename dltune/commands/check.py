@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated
@@ -78,7 +79,7 @@ def check(
     busy = {g.index: g.compute_pids for g in snapshot.nvml.gpus if g.compute_pids}
     if dcgm is not None:
         results += _dcgm_results(
-            dcgm, dcgm_timeout or DCGM_TIMEOUT_S[dcgm], bench_gate(results, busy, True, False)
+            dcgm, dcgm_timeout or DCGM_TIMEOUT_S[dcgm], bench_gate(results, busy, True, False), nvml_timeout
         )
     gate = bench_gate(results, busy, importlib.util.find_spec("torch") is not None, no_bench)
     results += [gate] if gate is not None else _quick_bench(device)
@@ -92,7 +93,7 @@ def check(
     raise typer.Exit(exit_code(results))
 
 
-def _dcgm_results(level: int, seconds: float, blocked: Result | None) -> list[Result]:
+def _dcgm_results(level: int, seconds: float, blocked: Result | None, nvml_timeout: float) -> list[Result]:
     """DCGM's diagnostic at ``level``, unless the audit says the GPUs must not be loaded now."""
     from dltune.checks.dcgm import dcgm as judge_dcgm
     from dltune.probes.dcgm import run_dcgm_diag
@@ -103,7 +104,13 @@ def _dcgm_results(level: int, seconds: float, blocked: Result | None) -> list[Re
         why = blocked.summary.replace("bench not run", "DCGM's diagnostic not run", 1)
         return [Result("gpu.dcgm", Status.SKIP, why, evidence=dict(blocked.evidence), remedy=blocked.remedy)]
     progress_console().print(f"dltune check: audit done; DCGM level {level} next (up to {seconds:g} s)")
-    judged = judge_dcgm(Snapshot(root="/", dcgm=run_dcgm_diag(SubprocessRunner(), level, seconds)))
+    diag = run_dcgm_diag(SubprocessRunner(), level, seconds)
+    snapshot = Snapshot(root="/", dcgm=diag)
+    if diag.timed_out:  # whether the GPUs still answer now decides how grave the timeout is
+        from dltune.probes.nvml import probe_nvml_in_child
+
+        snapshot = replace(snapshot, nvml=probe_nvml_in_child(nvml_timeout, Deadline(nvml_timeout + 5)))
+    judged = judge_dcgm(snapshot)
     return [judged] if isinstance(judged, Result) else list(judged)
 
 

@@ -463,3 +463,25 @@ def test_nvlinks_bus_ids_and_firmware_through_pynvml(fake_nvml_dir: Path) -> Non
     gpus = json.loads(child.stdout)["gpus"]
     assert [g["pci_bus_id"] for g in gpus[:2]] == ["0000:18:00.0", "0000:28:00.0"]
     assert gpus[0]["inforom_image"] == "G520.0200.00.05" and len(gpus[0]["nvlinks"]) == 18
+
+
+@pytest.mark.parametrize(("scenario", "critical"), [("healthy_8gpu", False), ("hung_gpu", True)])
+def test_dcgm_out_of_time_drains_only_when_nvml_hangs_too(
+    fake_nvml_dir: Path, tmp_path: Path, scenario: str, critical: bool
+) -> None:
+    """A `dcgmi` stand-in on PATH that never answers (DCGM cannot run here), beside the fake NVML:
+    with the GPUs answering NVML, the diagnostic that ran out of time is a fail that is not critical
+    (`--slurm-drain` leaves the node in service); with NVML hung as well, it is critical."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dcgmi").write_text("#!/bin/sh\ntrap '' TERM\nsleep 300\n")
+    (bin_dir / "dcgmi").chmod(0o755)
+    env = {**scenario_env(fake_nvml_dir, scenario), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "audit", "--only", "gpu", "--dcgm", "--timeout", "8",
+         "--nvml-timeout", "3", "--format", "json"],
+        capture_output=True, text=True, env=env, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    dcgm = next(r for r in json.loads(done.stdout)["results"] if r["id"] == "gpu.dcgm")
+    assert dcgm["status"] == "fail" and dcgm["critical"] is critical, dcgm

@@ -17,9 +17,9 @@ import pytest
 
 from dltune.checks.dcgm import dcgm, result_id
 from dltune.model import Result, Status
-from dltune.probes.dcgm import CLIENT_GRACE_S, parse_dcgm_diag, run_dcgm_diag
+from dltune.probes.dcgm import CLIENT_GRACE_S, DCGM_TIMEOUT_S, parse_dcgm_diag, run_dcgm_diag
 from dltune.probes.runner import RecordedRunner
-from dltune.snapshot import DcgmDiag, DcgmTest, Snapshot
+from dltune.snapshot import DcgmDiag, DcgmTest, NvmlState, Snapshot
 from tests.real_corpus import CORPUS, load
 
 GB10 = load(CORPUS / "dcgm_diag" / "dgx_spark_dcgm423_software_fail.txt").body
@@ -43,8 +43,54 @@ def test_not_asked_says_nothing_and_not_installed_skips() -> None:
 
 
 def test_a_diagnostic_that_does_not_answer_is_critical() -> None:
+    """Without NVML's answer (none probed here, as in `dltune check` before it asks again), a hang is
+    the GPU's until shown otherwise."""
     result = judged(run_dcgm_diag(recorded(returncode=124), 1, 30))["gpu.dcgm"]
     assert result.status is Status.FAIL and result.critical and "did not finish" in result.summary
+
+
+ANSWERING = NvmlState(available=True, driver_version="580.95.05")
+
+
+@pytest.mark.parametrize(
+    ("nvml", "critical"),
+    [
+        (ANSWERING, False),
+        (NvmlState(available=True, hung=True, error="NVML did not answer within 10 s"), True),
+        (NvmlState(available=False, error="NVML Shared Library Not Found"), True),
+        (NvmlState(available=False, error="not probed"), True),
+    ],
+)
+def test_a_diagnostic_out_of_time_is_critical_only_when_nvml_does_not_answer_either(
+    nvml: NvmlState, critical: bool
+) -> None:
+    """DCGM that runs out of time on a node whose GPUs still answer NVML ran out of time, not the GPU:
+    a fail (the diagnostic did not finish) that must not drain a healthy node, naming the longer limit.
+    A hung NVML as well keeps it critical."""
+    for diag in (
+        run_dcgm_diag(recorded(returncode=124), 1, 30),  # the client killed at the grace
+        run_dcgm_diag(recorded("Error: The diagnostic timed out.\n", 226), 1, 30),  # DCGM's own abort
+    ):
+        assert diag.timed_out, diag
+        (result,) = dcgm(Snapshot(root="/", dcgm=diag, nvml=nvml))
+        assert result.status is Status.FAIL and result.critical is critical, result
+        assert result.evidence["nvml_answers"] is (not critical)
+        if not critical:
+            assert "--dcgm-timeout" in (result.remedy or "") and "NVML still answers" in result.summary
+
+
+def test_default_limits_are_above_the_published_measurements() -> None:
+    """8-GPU nodes took up to 10.5 min at level 2 and 2.25 h at level 4 (README, DCGM section): each
+    default must leave a healthy node room to finish."""
+    assert DCGM_TIMEOUT_S[2] >= 900 > 10.5 * 60
+    assert DCGM_TIMEOUT_S[3] >= 2700
+    assert DCGM_TIMEOUT_S[4] >= 9000 > 2.25 * 3600
+    assert DCGM_TIMEOUT_S[1] < DCGM_TIMEOUT_S[2] < DCGM_TIMEOUT_S[3] < DCGM_TIMEOUT_S[4]
+
+
+def test_a_message_that_only_repeats_the_option_is_not_a_timeout() -> None:
+    diag = run_dcgm_diag(recorded("Error: bad argument --timeout\n", 255), 1, 30)
+    assert not diag.timed_out and diag.error is not None
 
 
 def test_dcgm_that_cannot_run_fails_and_an_unsupported_gpu_skips() -> None:
@@ -208,10 +254,18 @@ def test_check_runs_the_asked_level_with_dcgms_own_timeout(
     assert argv_log.read_text().split() == ["diag", "-r", "2", "-j", "--timeout", "900"]
 
 
+def test_check_gives_level_two_the_measured_default(fake_dcgmi: tuple[Path, Path], tmp_path: Path) -> None:
+    bin_dir, argv_log = fake_dcgmi
+    (tmp_path / "out.json").write_text(PASSING)
+    write_dcgmi(bin_dir, argv_log, f"cat {tmp_path / 'out.json'}")
+    run_dltune(bin_dir, "check", "--no-bench", "--dcgm", "2")
+    assert argv_log.read_text().split()[4:] == ["--timeout", str(int(DCGM_TIMEOUT_S[2]))]
+
+
 def test_check_does_not_load_gpus_the_audit_found_unfit() -> None:
     from dltune.commands.check import _dcgm_results
 
     blocked = Result("bench.run", Status.SKIP, "bench not run: critical check(s) failed: gpu.ecc")
-    (result,) = _dcgm_results(2, 600, blocked)
+    (result,) = _dcgm_results(2, 600, blocked, 5.0)
     assert result.id == "gpu.dcgm" and result.status is Status.SKIP
     assert result.summary == "DCGM's diagnostic not run: critical check(s) failed: gpu.ecc"
