@@ -40,6 +40,7 @@ RESULT_SCHEMA = of(
         "remedy": optional(str, type(None)),
         "metrics": optional(dict, items=of(int, float)),
         "critical": optional(bool),
+        "shared_dependency": optional(str, type(None)),
     },
 )
 ENVELOPE_SCHEMA = of(
@@ -183,6 +184,10 @@ def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:
                     {"host": n.host, "healthy": n.healthy, "problem": n.problem, "results": n.results}
                     for n in nodes
                 ],
+                "shared_dependencies": [
+                    {"dependency": dependency, "nodes": hosts, "checks": checks}
+                    for dependency, hosts, checks in shared_failures(nodes)
+                ],
             },
             indent=2,
             allow_nan=False,  # node files with NaN or Infinity are invalid nodes: none can be here
@@ -263,6 +268,14 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
         console.print(table)
     else:
         console.print(Text(title))
+    for dependency, hosts, checks in shared_failures(nodes):
+        console.print(
+            Text(
+                f"shared dependency {dependency}: {len(hosts)} node(s) "
+                f"({', '.join(checks)}): {_listed(hosts)}",
+                style="bold yellow",
+            )
+        )
     for host, what in sorted(firmware_outliers(nodes).items()):
         console.print(
             Text(f"firmware differs from the cluster's on {host}: {'; '.join(what)}", style="yellow")
@@ -272,6 +285,25 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
         console.print(
             Text(f"{len(clean)} node(s) with no finding: {listed} (`dltune report --all` lists them)")
         )
+
+
+def shared_failures(nodes: Sequence[NodeReport]) -> list[tuple[str, list[str], list[str]]]:
+    """Findings that name a shared dependency, grouped by it: (dependency, its nodes, its checks), the
+    dependency most nodes fail on first. 212 nodes failing nfs.responsive on one server are one cause."""
+    groups: dict[str, tuple[set[str], set[str]]] = {}
+    for node in nodes:
+        for r in node.results:
+            dependency = r.get("shared_dependency")
+            if isinstance(dependency, str) and dependency and r["status"] in ("fail", "warn", "error"):
+                hosts, checks = groups.setdefault(dependency, (set(), set()))
+                hosts.add(node.host)
+                checks.add(r["id"])
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1][0]), kv[0]))
+    return [(dependency, sorted(hosts), sorted(checks)) for dependency, (hosts, checks) in ordered]
+
+
+def _listed(hosts: Sequence[str], shown: int = 10) -> str:
+    return ", ".join(hosts[:shown]) + (f", ... ({len(hosts) - shown} more)" if len(hosts) > shown else "")
 
 
 SAME_FIRMWARE = "one VBIOS and InfoROM image per GPU model across the nodes (or none reported)"
@@ -409,6 +441,11 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
                 findings.append(f"<tr{anchor}>" + "".join(f"<td>{c}</td>" for c in columns) + "</tr>")
                 anchor = ""
     healthy = sum(n.healthy for n in nodes)
+    shared = "".join(
+        f"<li><b>{esc(dependency)}: {len(hosts)} node(s)</b> ({esc(', '.join(checks))}): "
+        f"{esc(_listed(hosts))}</li>"
+        for dependency, hosts, checks in shared_failures(nodes)
+    )
     charts = "".join(f"<div>{c}</div>" for c in bench_charts(nodes))
     outliers = "".join(
         f"<li>{esc(host)}: {esc('; '.join(what))}</li>"
@@ -430,6 +467,7 @@ table.findings td {{ max-width: 40em; overflow-wrap: anywhere; }}
 <p>{len(nodes)} node(s), {healthy} healthy (no fail, no error, reachable, valid and current).
 Generated {esc(generated)} by dltune {esc(__version__)}. Nodes with findings first; hover a cell for
 its area's checks, click it for the node's findings.</p>
+{f"<h2>Shared dependencies failing</h2><ul>{shared}</ul>" if shared else ""}
 <table class="matrix"><tr><th>node</th>{head}</tr>{"".join(rows)}</table>
 <h2>Findings</h2>
 <table class="findings"><tr><th>node</th><th>status</th><th>check</th><th>subject</th><th>summary</th>

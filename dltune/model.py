@@ -68,6 +68,9 @@ class Result:
     remedy: str | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     critical: bool = False
+    # What many nodes share and whose failure this finding typically is (an NFS server, the subnet
+    # manager, the time source), named so: the same finding on many nodes is one cause, not N nodes.
+    shared_dependency: str | None = None
 
     @property
     def area(self) -> str:
@@ -85,6 +88,7 @@ class Result:
             "remedy": None if self.remedy is None else visible(self.remedy),
             "metrics": {visible(k): v for k, v in self.metrics.items()},
             "critical": self.critical,
+            "shared_dependency": None if self.shared_dependency is None else visible(self.shared_dependency),
         }
 
 

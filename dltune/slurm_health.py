@@ -1,37 +1,90 @@
-"""`dltune audit --slurm-drain`: drain this Slurm node when a check marked critical fails, and resume
-it once healthy — but only a drain dltune set itself (its reason starts with "dltune:"). `error` and
-`skip` never drain: a bug in dltune must not take a fleet out of service. A node that an admin (or
-Slurm itself) took out of service — drained, down, failed, in maintenance, with a reason that is not
-dltune's — is never touched: its reason is not rewritten, and it is not resumed."""
+"""`dltune audit --slurm-drain` and `dltune healthcheck`: drain this Slurm node when a check marked
+critical fails, and resume it once healthy, but only a drain dltune set itself (its reason starts with
+"dltune:"). `error` and `skip` never drain: a bug in dltune must not take a fleet out of service. A
+node that an admin (or Slurm itself) took out of service (drained, down, failed, in maintenance, with
+a reason that is not dltune's) is never touched: its reason is not rewritten, and it is not resumed.
+
+Two bounds keep one shared failure from emptying the cluster and one sick node from cycling forever:
+
+- **The drain limit.** Before draining, Slurm is asked once (`scontrol -o show node`, with a timeout)
+  how many nodes of this node's partitions dltune has drained already. At the limit (default 10% of
+  those nodes, at least 2) this node is not drained: a `system.drain_limit` warning says how many are
+  drained and for which checks ("a shared failure?"). Nodes that decide in the same second cannot see
+  each other's drain yet, so a node that drained asks once more right after and gives its drain back
+  when it is beyond the limit in the order every node sees (the drain's time in its reason, then the
+  node's name): the limit holds whichever nodes are first.
+- **Flap damping.** Each resume dltune makes is kept in the node's history file. A node that dltune
+  resumed ``flap_count`` times within ``flap_window_s`` and fails again is drained with the reason
+  "dltune: flapping: <checks>" and never resumed by dltune; the operator's resume clears the history.
+
+The decision (`decide`) is pure; `apply` does the reading and writing around it."""
 
 from __future__ import annotations
 
+import math
+import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from dltune.model import Result, Status
+from dltune.model import DltuneError, Result, Status
 from dltune.probes.runner import CommandRunner
 
 REASON_PREFIX = "dltune:"
+FLAPPING_PREFIX = "dltune: flapping:"
 # Node state flags (scontrol's State=BASE+FLAG+...) that mean someone took the node out of service.
 OUT_OF_SERVICE = frozenset(
     {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED"}
 )
+# States of a node slurmctld does not (yet) have from slurmd: a health check at slurmd's start runs
+# before it registers. Such a node is left alone: its state says nothing yet.
+NOT_REGISTERED = frozenset({"UNKNOWN", "FUTURE", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_UP"})
+SCONTROL_TIMEOUT_S = 5.0
+# Between this node's drain and its recheck: drains other nodes decided in the same second reach
+# slurmctld meanwhile.
+RECHECK_DELAY_S = 1.0
+DEFAULT_DRAIN_LIMIT = "10%"
+MIN_DRAIN_LIMIT = 2
+DEFAULT_FLAP_COUNT = 3
+DEFAULT_FLAP_WINDOW_S = 24 * 3600.0
+DEFAULT_HISTORY_FILE = "/var/lib/dltune/slurm-health.json"
+_UNKNOWN_NODE = re.compile(r"\bNode \S+ not found", re.IGNORECASE)  # scontrol's words for a name it lacks
+_LIMIT_TEXT = re.compile(r"([0-9]{1,6})(%?)")
+
+
+class SlurmUnavailable(DltuneError):
+    """Slurm did not answer (scontrol missing, failing or late): nothing was changed."""
 
 
 @dataclass(frozen=True)
 class NodeState:
-    state: str  # e.g. "IDLE", "IDLE+DRAIN", "MIXED"
+    state: str  # e.g. "IDLE", "IDLE+DRAIN", "MIXED", "DOWN*"
     reason: str  # "" when none
+    name: str = ""
+    partitions: tuple[str, ...] = ()
+    reason_time: str = ""  # the [user@time] Slurm stamped on the reason: "2026-11-25T10:00:00"
+
+    @property
+    def flags(self) -> set[str]:
+        return set(self.state.upper().replace("*", "+NOT_RESPONDING").split("+")) - {""}
 
     @property
     def drained(self) -> bool:
-        return "DRAIN" in self.state
+        return "DRAIN" in self.state.upper()
 
     @property
     def out_of_service(self) -> bool:
-        return bool(OUT_OF_SERVICE & set(self.state.upper().replace("*", "").split("+")))
+        return bool(OUT_OF_SERVICE & self.flags)
+
+    @property
+    def registered(self) -> bool:
+        return bool(self.state) and not (NOT_REGISTERED & self.flags)
+
+    @property
+    def drained_by_dltune(self) -> bool:
+        return self.drained and self.reason.startswith(REASON_PREFIX)
 
     @property
     def held_by_someone_else(self) -> bool:
@@ -39,44 +92,337 @@ class NodeState:
         return self.out_of_service and not self.reason.startswith(REASON_PREFIX)
 
 
+@dataclass(frozen=True)
+class DrainLimit:
+    """At most this many nodes drained by dltune in a node's partitions: a count, or a share of them."""
+
+    count: int | None = None
+    percent: int | None = 10
+
+    @classmethod
+    def parse(cls, text: str, hint: str = "--drain-limit") -> DrainLimit:
+        found = _LIMIT_TEXT.fullmatch(text.strip())
+        if not found or (found.group(2) and not 0 < int(found.group(1)) <= 100):
+            raise ValueError(f"{hint}={text!r}: give a number of nodes (e.g. 5) or a share (1% to 100%)")
+        number = int(found.group(1))
+        return cls(percent=number) if found.group(2) else cls(count=number, percent=None)
+
+    def of(self, nodes: int) -> int:
+        if self.count is not None:
+            return self.count
+        return max(MIN_DRAIN_LIMIT, math.ceil(nodes * (self.percent or 0) / 100))
+
+    def __str__(self) -> str:
+        return (
+            f"{self.count} nodes"
+            if self.count is not None
+            else f"{self.percent}% (at least {MIN_DRAIN_LIMIT})"
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    limit: DrainLimit = field(default_factory=DrainLimit)
+    flap_count: int = DEFAULT_FLAP_COUNT
+    flap_window_s: float = DEFAULT_FLAP_WINDOW_S
+
+
+@dataclass(frozen=True)
+class History:
+    """What dltune did to this node, kept across runs (the node's history file)."""
+
+    resumes: tuple[float, ...] = ()  # when dltune resumed the node (epoch seconds)
+    drained_reason: str = ""  # the reason dltune last drained it with, while it should still be drained
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": 1, "resumes": list(self.resumes), "drained_reason": self.drained_reason}
+
+    @classmethod
+    def from_json(cls, data: Any) -> History:
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        resumes = data.get("resumes", [])
+        reason = data.get("drained_reason", "")
+        if not isinstance(resumes, list) or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) for t in resumes
+        ):
+            raise ValueError("resumes is not a list of times")
+        if not isinstance(reason, str):
+            raise ValueError("drained_reason is not text")
+        return cls(tuple(float(t) for t in resumes[-100:]), reason)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # "drain" | "resume" | "none"
+    said: str
+    reason: str = ""
+    results: tuple[Result, ...] = ()
+    history: History = field(default_factory=History)
+
+
 def critical_failures(results: Sequence[Result]) -> list[str]:
     return sorted({r.id for r in results if r.status is Status.FAIL and r.critical})
 
 
+_REASON = re.compile(r"\bReason=(.*?)(?: \[([^\]]*)\])?(?= \w+=|$)")
+
+
 def parse_node(text: str) -> NodeState:
-    """`scontrol show node -o NAME`: State=... and Reason=<text> [user@time]."""
-    state = re.search(r"\bState=(\S+)", text)
-    reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", text.strip())
-    return NodeState(state.group(1) if state else "", reason.group(1).strip() if reason else "")
+    """One node of `scontrol -o show node`: State=..., Partitions=... and Reason=<text> [user@time]."""
+    line = text.strip()
+    name = re.search(r"\bNodeName=(\S+)", line)
+    state = re.search(r"\bState=(\S+)", line)
+    partitions = re.search(r"\bPartitions=(\S+)", line)
+    reason = _REASON.search(line)
+    stamp = reason.group(2) if reason and reason.group(2) else ""
+    return NodeState(
+        state.group(1) if state else "",
+        reason.group(1).strip() if reason else "",
+        name.group(1) if name else "",
+        tuple(p for p in partitions.group(1).split(",") if p) if partitions else (),
+        stamp.partition("@")[2],
+    )
 
 
-def apply(node: str, results: Sequence[Result], runner: CommandRunner) -> str:
-    """Drain or resume as the results say; returns what was done (for the log)."""
-    shown = runner.run(["scontrol", "show", "node", "-o", node])
-    if not shown.ok:
-        raise RuntimeError(
-            f"scontrol show node {node} failed: {shown.stderr.strip() or shown.stdout.strip()}"
-        )
-    current = parse_node(shown.stdout)
+def parse_nodes(text: str) -> dict[str, NodeState]:
+    """Every node of `scontrol -o show node` (one line each), by name."""
+    nodes = (parse_node(line) for line in text.splitlines() if "NodeName=" in line)
+    return {node.name: node for node in nodes if node.name}
+
+
+def _checks_of(reason: str) -> list[str]:
+    text = reason.removeprefix(FLAPPING_PREFIX).removeprefix(REASON_PREFIX)
+    return [word for word in text.split() if "." in word]
+
+
+def peers(node: NodeState, cluster: Mapping[str, NodeState]) -> list[NodeState]:
+    """The nodes sharing a partition with ``node`` (all of them when it has none), itself included."""
+    if not node.partitions:
+        return list(cluster.values())
+    mine = set(node.partitions)
+    return [other for other in cluster.values() if mine & set(other.partitions) or other.name == node.name]
+
+
+def drain_order(nodes: Sequence[NodeState]) -> list[NodeState]:
+    """dltune's drains as every node sees them: by the time Slurm stamped on the reason, then by name."""
+    return sorted(nodes, key=lambda n: (n.reason_time or "~", n.name))
+
+
+def held_by_limit(
+    node: NodeState, cluster: Mapping[str, NodeState], policy: Policy, failing: Sequence[str]
+) -> Result | None:
+    """The `system.drain_limit` warning when ``node`` must not be drained: dltune has drained the limit
+    already among its partitions' nodes. Counted before draining (``node`` not drained) and again just
+    after (then ``node`` counts too, and keeps its drain only within the first ``limit``)."""
+    group = peers(node, cluster)
+    limit = policy.limit.of(len(group))
+    drained = drain_order([n for n in group if n.drained_by_dltune])
+    others = [n for n in drained if n.name != node.name]
+    if node.name in {n.name for n in drained[:limit]} or len(others) < limit:
+        return None
+    checks: dict[str, int] = {}
+    for other in others:
+        for check_id in _checks_of(other.reason):
+            checks[check_id] = checks.get(check_id, 0) + 1
+    named = ", ".join(f"{c} ({n})" for c, n in sorted(checks.items(), key=lambda kv: (-kv[1], kv[0])))
+    where = ",".join(node.partitions) or "the cluster"
+    return Result(
+        "system.drain_limit",
+        Status.WARN,
+        f"{len(others)} nodes already drained by dltune for {named or 'their checks'}: a shared failure? "
+        f"{node.name} stays in service although {' '.join(failing)} failed (limit {limit} of "
+        f"{len(group)} nodes in {where})",
+        evidence={
+            "drained_nodes": [n.name for n in others[:50]],
+            "checks": checks,
+            "limit": str(policy.limit),
+            "nodes_in_partitions": len(group),
+            "failing_here": list(failing),
+        },
+        remedy="find the shared cause first (the failing checks' shared dependency: NFS server, subnet "
+        "manager, time source); to drain anyway, raise --drain-limit (role: slurm_healthcheck_drain_limit)",
+        metrics={"drained_nodes": float(len(others)), "drain_limit": float(limit)},
+    )
+
+
+def decide(
+    node: NodeState,
+    results: Sequence[Result],
+    cluster: Mapping[str, NodeState] | None,
+    policy: Policy,
+    history: History,
+    now: float,
+) -> Decision:
+    """What to do with ``node``. ``cluster`` (every node, from one scontrol call) is needed only to drain;
+    call with None first, and again with it when the first answer is "need_cluster"."""
+    name = node.name or "this node"
     failing = critical_failures(results)
-    if current.held_by_someone_else:
-        return (
-            f"{node} left as it is: out of service by someone else ({current.state}"
-            f"{', ' + current.reason if current.reason else ', no reason'})"
-            + (f"; critical failures not recorded in Slurm: {' '.join(failing)}" if failing else "")
+    if not node.registered:
+        return Decision(
+            "none",
+            f"{name} left as it is: not registered with slurmctld yet ({node.state or 'no state'})"
+            + (f"; critical failures not recorded in Slurm: {' '.join(failing)}" if failing else ""),
+            history=history,
         )
+    if history.drained_reason and not node.drained:
+        # dltune drained it and someone else put it back: the operator has seen it, start afresh.
+        history = History()
+    if node.held_by_someone_else:
+        return Decision(
+            "none",
+            f"{name} left as it is: out of service by someone else ({node.state}"
+            f"{', ' + node.reason if node.reason else ', no reason'})"
+            + (f"; critical failures not recorded in Slurm: {' '.join(failing)}" if failing else ""),
+            history=history,
+        )
+    recent = tuple(t for t in history.resumes if now - t < policy.flap_window_s)
+    history = replace(history, resumes=recent)
     if failing:
-        reason = f"{REASON_PREFIX} {' '.join(failing)}"
-        if current.drained and current.reason == reason:
-            return f"{node} stays drained ({reason})"
-        argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"]
-        done = f"drained {node}: {reason}"
-    elif current.drained and current.reason.startswith(REASON_PREFIX):
-        argv = ["scontrol", "update", f"nodename={node}", "state=resume"]
-        done = f"resumed {node} (dltune had drained it: {current.reason})"
-    else:
-        return f"{node} left as it is ({current.state}{', ' + current.reason if current.reason else ''})"
-    changed = runner.run(argv, timeout=15.0)
-    if not changed.ok:
-        raise RuntimeError(f"{' '.join(argv[:3])} failed: {changed.stderr.strip() or changed.stdout.strip()}")
-    return done
+        if node.reason.startswith(FLAPPING_PREFIX) and node.drained:
+            return Decision(
+                "none", f"{name} stays drained ({node.reason}): resume it by hand once fixed", history=history
+            )
+        flapping = len(recent) >= policy.flap_count
+        reason = f"{FLAPPING_PREFIX if flapping else REASON_PREFIX} {' '.join(failing)}"
+        if node.drained_by_dltune and node.reason == reason:
+            return Decision(
+                "none", f"{name} stays drained ({reason})", history=replace(history, drained_reason=reason)
+            )
+        if not node.drained_by_dltune:
+            if cluster is None:
+                return Decision("need_cluster", "", history=history)
+            held = held_by_limit(node, cluster, policy, failing)
+            if held is not None:
+                return Decision(
+                    "none", f"{name} not drained: {held.summary}", results=(held,), history=history
+                )
+        said = f"drained {name}: {reason}" + (
+            f" ({len(recent)} resumes by dltune within {policy.flap_window_s / 3600:g} h: not resumed "
+            "automatically again)"
+            if flapping
+            else ""
+        )
+        return Decision("drain", said, reason, history=replace(history, drained_reason=reason))
+    if node.drained_by_dltune:
+        if node.reason.startswith(FLAPPING_PREFIX):
+            return Decision(
+                "none",
+                f"{name} stays drained ({node.reason}): healthy now, but an operator resumes a flapping node",
+                history=history,
+            )
+        return Decision(
+            "resume",
+            f"resumed {name} (dltune had drained it: {node.reason})",
+            history=History(resumes=(*recent, now)),
+        )
+    return Decision(
+        "none",
+        f"{name} left as it is ({node.state}{', ' + node.reason if node.reason else ''})",
+        history=history,
+    )
+
+
+def _scontrol(runner: CommandRunner, argv: list[str]) -> str:
+    done = runner.run(argv, timeout=SCONTROL_TIMEOUT_S)
+    if not done.ok:
+        said = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}")[-300:]
+        raise SlurmUnavailable(f"{' '.join(argv[:4])} failed: {said}")
+    return done.stdout
+
+
+def apply(
+    node: str,
+    results: Sequence[Result],
+    runner: CommandRunner,
+    policy: Policy | None = None,
+    history_file: str | None = None,
+    now: float | None = None,
+) -> tuple[str, list[Result]]:
+    """Drain or resume as the results say, within the bounds; returns what was done (for the log) and
+    the results the decision adds (`system.drain_limit`). Slurm not answering raises SlurmUnavailable,
+    with nothing changed."""
+    policy = policy or Policy()
+    now = time.time() if now is None else now
+    history, note = load_history(history_file)
+    shown = runner.run(["scontrol", "-o", "show", "node", node], timeout=SCONTROL_TIMEOUT_S)
+    if not shown.ok and shown.returncode != 127 and _UNKNOWN_NODE.search(shown.stderr + shown.stdout):
+        return f"{node} left as it is: Slurm does not know it ({shown.stderr.strip()[-200:]})", []
+    if not shown.ok:
+        raise SlurmUnavailable(
+            f"scontrol show node {node} failed: {(shown.stderr.strip() or shown.stdout.strip())[-300:]}"
+        )
+    current = replace(parse_node(shown.stdout), name=node)
+    decision = decide(current, results, None, policy, history, now)
+    if decision.action == "need_cluster":
+        cluster = parse_nodes(_scontrol(runner, ["scontrol", "-o", "show", "node"]))
+        cluster[node] = replace(cluster.get(node, current), name=node)
+        decision = decide(cluster[node], results, cluster, policy, history, now)
+    said = decision.said
+    if decision.action == "drain":
+        _scontrol(
+            runner, ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={decision.reason}"]
+        )
+        said, held = _recheck(node, results, runner, policy, decision)
+        if held is not None:
+            save_history(history_file, replace(decision.history, drained_reason=""))
+            return said + note, [held]
+    elif decision.action == "resume":
+        _scontrol(runner, ["scontrol", "update", f"nodename={node}", "state=resume"])
+    save_history(history_file, decision.history)
+    return said + note, list(decision.results)
+
+
+def _recheck(
+    node: str, results: Sequence[Result], runner: CommandRunner, policy: Policy, decision: Decision
+) -> tuple[str, Result | None]:
+    """After draining: nodes that decided in the same moment could not see each other. Ask once more;
+    beyond the limit in the order every node sees, give the drain back (resume)."""
+    if decision.reason.startswith(FLAPPING_PREFIX):
+        return decision.said, None  # a flapping node stays out whatever the others do
+    time.sleep(RECHECK_DELAY_S)
+    try:
+        cluster = parse_nodes(_scontrol(runner, ["scontrol", "-o", "show", "node"]))
+    except SlurmUnavailable:
+        return decision.said, None
+    me = cluster.get(node)
+    if me is None or not me.drained_by_dltune:
+        return decision.said, None
+    held = held_by_limit(me, cluster, policy, critical_failures(results))
+    if held is None:
+        return decision.said, None
+    _scontrol(runner, ["scontrol", "update", f"nodename={node}", "state=resume"])
+    return f"{node} drained and given back at once: {held.summary}", held
+
+
+def load_history(path: str | None) -> tuple[History, str]:
+    """The node's history, and a note for the log when it could not be used (then flap damping starts
+    afresh: a broken history file must not keep a node drained or stop the health check)."""
+    if path is None:
+        return History(), ""
+    from dltune import safeio
+
+    try:
+        return History.from_json(safeio.load_file(path, max_bytes=1 << 20)), ""
+    except FileNotFoundError:
+        return History(), ""
+    except (OSError, ValueError) as exc:
+        return History(), f" (history {path} not used: {exc})"
+
+
+def save_history(path: str | None, history: History) -> None:
+    """Written by rename in a directory only root (the health check's user) may write: created 0700."""
+    if path is None:
+        return
+    import json
+
+    from dltune.report import write_atomically
+
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    st = os.lstat(directory)
+    if not os.path.isdir(directory) or os.path.islink(directory) or st.st_uid != os.geteuid():
+        raise DltuneError(
+            f"{directory}: not a directory of this user's: the history file is not written there"
+        )
+    write_atomically(path, json.dumps(history.to_json()) + "\n", mode=0o600)

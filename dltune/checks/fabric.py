@@ -254,6 +254,10 @@ def _judge_port(port: IbPort, wanted: Mapping[str, Any] | None) -> Result:
             evidence,
             remedy,
             critical=wanted is not None,
+            # A port left in INIT/ARMED is the subnet manager's to configure: one SM down, every port so.
+            shared_dependency="InfiniBand subnet manager"
+            if port.phys_state == "LinkUp" and port.state in ("INIT", "ARMED")
+            else None,
         )
     short = _below_expectation(port, wanted)
     if short:

@@ -101,6 +101,7 @@ def vip_mounts(snap: Snapshot) -> list[Result]:
                     subject=mount_point,
                     remedy=f"mount {mount_point} (or apply role nfs_multivip); check the server and route",
                     critical=True,
+                    shared_dependency=f"NFS server {vip['address']}",
                 )
             )
             continue
@@ -152,6 +153,13 @@ def _shared_connections(snap: Snapshot, mount_points: list[str]) -> dict[str, li
     return shared
 
 
+def nfs_server(snap: Snapshot, mount_point: str) -> str:
+    """ "NFS server 10.0.0.5" for the mount at ``mount_point`` (its source is server:path)."""
+    mount = next((m for m in snap.mounts if m.mount_point.rstrip("/") == mount_point.rstrip("/")), None)
+    server = mount.source.rpartition(":")[0] if mount is not None and ":" in mount.source else ""
+    return f"NFS server {server.strip('[]') or 'of ' + mount_point}"
+
+
 @check("nfs.responsive", needs=("mountinfo", "manifest:nfs_multivip"))
 def responsive(snap: Snapshot) -> list[Result]:
     if not snap.nfs_responsive:
@@ -167,6 +175,7 @@ def responsive(snap: Snapshot) -> list[Result]:
                 metrics={"statfs_seconds": round(probe.seconds, 3)},
                 critical=not probe.ok,
                 remedy=None if probe.ok else "check the NFS server and the route to its VIP; drain the node",
+                shared_dependency=None if probe.ok else nfs_server(snap, mount_point),
             )
         )
     return results

@@ -104,6 +104,7 @@ def time_sync(snap: Snapshot) -> Result:
             "distributed training break on skew)",
             evidence={"source": sync.source},
             remedy="run an NTP client (systemd-timesyncd or chrony) against the site's time servers",
+            shared_dependency="time source (NTP servers)",
         )
     return Result(
         "system.time_sync", Status.PASS, "the system clock is synchronised", evidence={"source": sync.source}

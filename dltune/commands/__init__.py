@@ -106,9 +106,11 @@ def number_option(
     return typer.Option(*names, click_type=number, help=stated, **extra)
 
 
-def seconds_option(*names: str, help: str, minimum: float = MIN_SECONDS, **extra: Any) -> Any:
-    """A timeout in seconds (a finite number from ``minimum`` to a day)."""
-    return number_option(*names, kind=float, minimum=minimum, maximum=MAX_SECONDS, help=help, **extra)
+def seconds_option(
+    *names: str, help: str, minimum: float = MIN_SECONDS, maximum: float = MAX_SECONDS, **extra: Any
+) -> Any:
+    """A timeout in seconds (a finite number from ``minimum`` to ``maximum``, a day unless said)."""
+    return number_option(*names, kind=float, minimum=minimum, maximum=maximum, help=help, **extra)
 
 
 def parse_areas(only: str | None) -> list[str] | None:

@@ -19,18 +19,47 @@ from dltune.commands import (
     check_directory,
     check_output_file,
     error_line,
+    number_option,
     parse_areas,
     seconds_option,
     stdout_console,
     write_output,
 )
-from dltune.model import AREAS, EXIT_USAGE_OR_ERROR, Result, exit_code
+from dltune.model import AREAS, EXIT_USAGE_OR_ERROR, DltuneError, Result, exit_code
 from dltune.probes.watchdog import Deadline
+from dltune.slurm_health import (
+    DEFAULT_DRAIN_LIMIT,
+    DEFAULT_FLAP_COUNT,
+    DEFAULT_FLAP_WINDOW_S,
+    DEFAULT_HISTORY_FILE,
+)
 
 if TYPE_CHECKING:
+    from dltune.slurm_health import Policy
     from dltune.snapshot import Snapshot
 
 log = logging.getLogger("dltune")
+
+# The drain bounds' options, shared by `dltune audit --slurm-drain` and `dltune healthcheck`.
+DRAIN_LIMIT_OPTION = typer.Option(
+    "--drain-limit",
+    help="With --slurm-drain: do not drain while dltune has drained this many nodes of this node's "
+    "partitions already: a count (5) or a share (10%, at least 2). A system.drain_limit warning says so.",
+)
+FLAP_COUNT_OPTION = number_option(
+    "--flap-count",
+    kind=int,
+    minimum=1,
+    maximum=1000,
+    help="With --slurm-drain: a node dltune resumed this many times within --flap-window and failing again "
+    "stays drained as flapping (an operator resumes it).",
+)
+FLAP_WINDOW_OPTION = number_option(
+    "--flap-window", kind=float, minimum=0.01, maximum=24 * 365, help="Hours the resumes are counted over."
+)
+HISTORY_FILE_OPTION = typer.Option(
+    "--history-file", help="With --slurm-drain: where this node's drain/resume history is kept (root's)."
+)
 
 
 def audit_results(
@@ -141,6 +170,10 @@ def audit(
             "findings (default: the --facts-file this run replaces).",
         ),
     ] = None,
+    drain_limit: Annotated[str, DRAIN_LIMIT_OPTION] = DEFAULT_DRAIN_LIMIT,
+    flap_count: Annotated[int, FLAP_COUNT_OPTION] = DEFAULT_FLAP_COUNT,
+    flap_window: Annotated[float, FLAP_WINDOW_OPTION] = DEFAULT_FLAP_WINDOW_S / 3600,
+    history_file: Annotated[Path, HISTORY_FILE_OPTION] = Path(DEFAULT_HISTORY_FILE),
 ) -> None:
     """Read-only audit of this node against what the roles applied. Exit 0 ok, 1 fail, 2 usage/error."""
     deadline = Deadline(timeout)
@@ -155,19 +188,21 @@ def audit(
             check_output_file(textfile_dir / "dltune.prom", "--textfile-dir")
         if facts_file is not None:
             check_output_file(facts_file, "--facts-file")
+        policy = drain_policy(drain_limit, flap_count, flap_window) if slurm_drain else None
         counters = earlier_counters(previous, facts_file)
         _, results, host = audit_results(
             root, areas, nfs_timeout, nvml_timeout, deadline, counters, dcgm_level=1 if dcgm else None
         )
-        from dltune.report import render_facts, render_human, render_json, render_prometheus
+        if policy is not None:
+            said, added, failed = apply_slurm_health(slurm_node, results, policy, history_file)
+            results += added
+            error_line(f"dltune audit --slurm-drain: {said}")
+        write_node_outputs(results, host, textfile_dir, facts_file)
+        if policy is not None and failed:
+            raise typer.Exit(EXIT_USAGE_OR_ERROR)
+        from dltune.report import render_human, render_json, render_prometheus
 
         now = datetime.now(timezone.utc)
-        if textfile_dir is not None:
-            write_output(textfile_dir / "dltune.prom", render_prometheus(results, now), "--textfile-dir")
-        if facts_file is not None:
-            write_output(facts_file, render_facts(results, host, now), "--facts-file")
-        if slurm_drain:
-            _apply_slurm_health(slurm_node, results)
         if output is OutputFormat.json:
             sys.stdout.write(render_json(results, host, now))
         elif output is OutputFormat.prometheus:
@@ -197,14 +232,41 @@ def earlier_counters(previous: Path | None, facts_file: Path | None) -> dict[str
     return {}
 
 
-def _apply_slurm_health(slurm_node: str | None, results: Sequence[Result]) -> None:
+def write_node_outputs(
+    results: Sequence[Result], host: str, textfile_dir: Path | None, facts_file: Path | None
+) -> None:
+    """The Prometheus textfile and the Ansible facts file, each where asked."""
+    from dltune.report import render_facts, render_prometheus
+
+    now = datetime.now(timezone.utc)
+    if textfile_dir is not None:
+        write_output(textfile_dir / "dltune.prom", render_prometheus(results, now), "--textfile-dir")
+    if facts_file is not None:
+        write_output(facts_file, render_facts(results, host, now), "--facts-file")
+
+
+def drain_policy(drain_limit: str, flap_count: int, flap_window_hours: float) -> Policy:
+    """The drain bounds from the options (exit 2 naming the option before any work)."""
+    from dltune.slurm_health import DrainLimit, Policy
+
+    try:
+        limit = DrainLimit.parse(drain_limit)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--drain-limit") from exc
+    return Policy(limit=limit, flap_count=flap_count, flap_window_s=flap_window_hours * 3600)
+
+
+def apply_slurm_health(
+    slurm_node: str | None, results: Sequence[Result], policy: Policy, history_file: Path
+) -> tuple[str, list[Result], bool]:
+    """Drain or resume this node within the bounds: (what was done, the results it adds, whether Slurm
+    failed to answer, in which case nothing was changed)."""
     from dltune.probes.runner import SubprocessRunner
-    from dltune.slurm_health import apply as apply_slurm_health
+    from dltune.slurm_health import SlurmUnavailable, apply
 
     node = slurm_node or socket.gethostname().split(".")[0]
     try:
-        said = apply_slurm_health(node, results, SubprocessRunner())
-    except RuntimeError as exc:
-        error_line(f"dltune audit --slurm-drain: {exc}")
-        raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
-    error_line(f"dltune audit --slurm-drain: {said}")
+        said, added = apply(node, results, SubprocessRunner(), policy, str(history_file))
+    except (SlurmUnavailable, OSError, DltuneError) as exc:
+        return f"nothing changed in Slurm: {exc}", [], True
+    return said, added, False

@@ -69,7 +69,7 @@ def run_dcgm_diag(runner: CommandRunner, level: int, timeout: float) -> DcgmDiag
 
 def _said_timeout(text: str) -> bool:
     lowered = text.lower()
-    return "timed out" in lowered or "timeout" in lowered and "--timeout" not in lowered
+    return "timed out" in lowered or ("timeout" in lowered and "--timeout" not in lowered)
 
 
 def parse_dcgm_diag(text: str) -> tuple[tuple[DcgmTest, ...], str | None, str | None]:

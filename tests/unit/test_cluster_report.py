@@ -315,3 +315,41 @@ def test_one_firmware_everywhere_or_no_majority() -> None:
     assert firmware_outliers(same) == {}
     split = [NodeReport("a", [firmware_result("1")]), NodeReport("b", [firmware_result("2")])]
     assert set(firmware_outliers(split)) == {"a", "b"}, "with no majority every node is named"
+
+
+def test_findings_of_one_shared_dependency_are_one_line_not_n_nodes(tmp_path: Path) -> None:
+    """212 nodes failing nfs.responsive on one NFS server, 3 on another, one time-source warning: the
+    summary, the merged JSON and the HTML name each dependency once with its node count, largest
+    first; a node whose only finding is its own (no dependency) is not grouped."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+
+    def shared(check_id: str, status: str, dependency: str | None) -> dict[str, object]:
+        return {**result(check_id, status, "/mnt/nfs"), "shared_dependency": dependency}
+
+    for i in range(212):
+        (reports / f"gpu{i:03d}.json").write_text(
+            json.dumps(envelope(f"gpu{i:03d}", [shared("nfs.responsive", "fail", "NFS server 10.0.0.5")]))
+        )
+    for i in range(3):
+        (reports / f"cpu{i}.json").write_text(
+            json.dumps(envelope(f"cpu{i}", [shared("nfs.vip_mounts", "fail", "NFS server 10.0.1.7"),
+                                            shared("system.time_sync", "fail", "time source (NTP servers)")]))
+        )  # fmt: skip
+    (reports / "lone.json").write_text(json.dumps(envelope("lone", [shared("gpu.ecc", "fail", None)])))
+    nodes = load([reports])
+    out = io.StringIO()
+    render_summary(nodes, Console(file=out, width=400))
+    text = out.getvalue()
+    lines = [line for line in text.splitlines() if line.startswith("shared dependency")]
+    assert lines[0].startswith("shared dependency NFS server 10.0.0.5: 212 node(s) (nfs.responsive): gpu000")
+    assert "(202 more)" in lines[0] and len(lines) == 3
+    assert lines[1].startswith("shared dependency NFS server 10.0.1.7: 3 node(s)")
+    merged = json.loads(merged_json(nodes, "now"))["shared_dependencies"]
+    assert [(g["dependency"], len(g["nodes"])) for g in merged] == [
+        ("NFS server 10.0.0.5", 212),
+        ("NFS server 10.0.1.7", 3),
+        ("time source (NTP servers)", 3),
+    ]
+    page = render_html(nodes, "now")
+    assert "NFS server 10.0.0.5: 212 node(s)" in page and "lone" not in str(merged)

@@ -147,6 +147,9 @@ def test_ports_nobody_expects_are_judged_only_for_faults() -> None:
     assert results["mlx5_1/1"].status is Status.WARN and not results["mlx5_1/1"].critical
     assert results["mlx5_2/1"].status is Status.WARN and "subnet manager" in results["mlx5_2/1"].summary
     assert results["mlx5_3/1"].status is Status.PASS
+    # Only a port the subnet manager left unconfigured names the SM as its cause; a cable is the node's.
+    assert results["mlx5_2/1"].shared_dependency == "InfiniBand subnet manager"
+    assert [results[p].shared_dependency for p in ("mlx5_0/1", "mlx5_1/1", "mlx5_3/1")] == [None] * 3
 
 
 def test_no_ports_and_none_expected_is_a_skip_and_a_wedged_adapter_fails() -> None:

@@ -3,6 +3,7 @@ recorded in a fixture tree), and the killable statfs probe against a child that 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from dltune.checks.nfs import fstab, responsive, vip_mounts
 from dltune.model import Status
 from dltune.probes import collect_snapshot
 from dltune.probes.network import probe_responsive_many
-from dltune.snapshot import Responsiveness, Snapshot
+from dltune.snapshot import Mount, Responsiveness, Snapshot
 
 OPTIONS = ["vers=3", "proto=tcp", "rsize=524288", "wsize=524288", "hard", "_netdev", "nofail"]
 MANIFEST = {
@@ -89,6 +90,13 @@ def test_mounts_are_judged_against_the_plan(tmp_path: Path) -> None:
     assert [r.status for r in fstab(snap)] == [Status.PASS, Status.PASS]
     # no statfs under a fixture root: those mounts are not this host's
     assert [r.status for r in responsive(snap)] == [Status.SKIP]
+    # Nothing mounted at all: each VIP's mount names its server as the shared cause.
+    unmounted = vip_mounts(dataclasses.replace(snap, mounts=()))
+    assert len(unmounted) == 2 and all(r.status is Status.FAIL and r.critical for r in unmounted)
+    assert {r.shared_dependency for r in unmounted} == {
+        f"NFS server {r.summary.split('(expected ')[1].split(':')[0]}" for r in unmounted
+    } and all((r.shared_dependency or "").startswith("NFS server 10.") for r in unmounted)
+    assert results["/mnt/nfs1"].shared_dependency is None  # mounted with the wrong options: this node's
 
 
 def test_two_vip_mounts_on_one_tcp_connection_fail(tmp_path: Path) -> None:
@@ -133,10 +141,14 @@ def test_a_mount_that_does_not_answer_is_reported_stale_within_the_timeout() -> 
     assert not probe.ok and "no answer within 0.5s" in probe.detail
     assert elapsed < 1.5
     snap = Snapshot(
-        root="/", nfs_responsive={"/mnt/nfs0": probe, "/mnt/ok": Responsiveness(True, 0.01, "ok")}
+        root="/",
+        nfs_responsive={"/mnt/nfs0": probe, "/mnt/ok": Responsiveness(True, 0.01, "ok")},
+        mounts=(Mount("/mnt/nfs0", "nfs", "10.0.0.5:/export", ("rw",), ()),),
     )
     results = {r.subject: r for r in responsive(snap)}
     assert results["/mnt/nfs0"].status is Status.FAIL and results["/mnt/nfs0"].critical
+    assert results["/mnt/nfs0"].shared_dependency == "NFS server 10.0.0.5"
+    assert results["/mnt/ok"].shared_dependency is None
     assert results["/mnt/nfs0"].summary.startswith("stale or unreachable")
     assert results["/mnt/ok"].status is Status.PASS
     assert probe_responsive_many(["/"], timeout=5)["/"].ok

@@ -15,6 +15,8 @@ NOT_A_CONTAINER = {"systemd-detect-virt --container": {"returncode": 1, "stdout"
 
 def judged(recordings: dict[str, dict[str, object]]) -> tuple[Status, str]:
     result = time_sync(Snapshot(root="/", time_sync=read_time_sync(RecordedRunner(recordings))))
+    # An unsynchronised clock is typically the site's time source failing every node at once.
+    assert (result.shared_dependency is not None) is (result.status is Status.FAIL), result
     return result.status, result.summary
 
 
