@@ -165,7 +165,10 @@ def critical_failures(results: Sequence[Result]) -> list[str]:
     return sorted({r.id for r in results if r.status is Status.FAIL and r.critical})
 
 
-_REASON = re.compile(r"\bReason=(.*?)(?: \[([^\]]*)\])?(?= \w+=|$)")
+# Slurm ends a reason with the [user@time] it stamped; fields may follow it (Comment=, Extra=,
+# ReservationName=). Without a stamp, the reason runs to the next field.
+_STAMPED_REASON = re.compile(r"\bReason=(.*?) \[([^\]\s@]+@[^\]\s]+)\]")
+_REASON = re.compile(r"\bReason=(.*?)(?= \w+=|$)")
 
 
 def parse_node(text: str) -> NodeState:
@@ -174,8 +177,8 @@ def parse_node(text: str) -> NodeState:
     name = re.search(r"\bNodeName=(\S+)", line)
     state = re.search(r"\bState=(\S+)", line)
     partitions = re.search(r"\bPartitions=(\S+)", line)
-    reason = _REASON.search(line)
-    stamp = reason.group(2) if reason and reason.group(2) else ""
+    reason = _STAMPED_REASON.search(line) or _REASON.search(line)
+    stamp = reason.group(2) if reason and reason.re is _STAMPED_REASON else ""
     return NodeState(
         state.group(1) if state else "",
         reason.group(1).strip() if reason else "",
@@ -186,8 +189,15 @@ def parse_node(text: str) -> NodeState:
 
 
 def parse_nodes(text: str) -> dict[str, NodeState]:
-    """Every node of `scontrol -o show node` (one line each), by name."""
-    nodes = (parse_node(line) for line in text.splitlines() if "NodeName=" in line)
+    """Every node of `scontrol -o show node` (one line each), by name. The multi-line form (a record
+    from its NodeName= line to the next, continuation lines indented) reads the same."""
+    records: list[list[str]] = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("NodeName="):
+            records.append([line.strip()])
+        elif records and line.strip():
+            records[-1].append(line.strip())
+    nodes = (parse_node(" ".join(record)) for record in records)
     return {node.name: node for node in nodes if node.name}
 
 
