@@ -415,6 +415,150 @@ def test_slurm_drain_never_overrides_an_admins_drain(lab: None) -> None:
     wait_for_slurm_node(node, drained=False)
 
 
+SCENARIO = "/etc/dltune-lab/nvml-scenario.conf"
+HEALTH_TEXTFILE = "/var/lib/prometheus/node-exporter/dltune.prom"
+# Slurm's health check every 10 s (CYCLE: the three nodes spread over it); at most 2 nodes drained by
+# dltune at once; a node dltune resumed twice within the hour and failing again is flapping.
+HEALTHCHECK_VARS = {
+    "slurm_healthcheck_interval": 10,
+    "slurm_healthcheck_drain_limit": "2",
+    "slurm_healthcheck_flap_count": 2,
+    "slurm_healthcheck_flap_window_hours": 1,
+    "slurm_healthcheck_textfile_dir": "/var/lib/prometheus/node-exporter",
+}
+
+
+def healthcheck_play(state: str) -> None:
+    done = ansible_playbook(
+        "playbooks/slurm_healthcheck.yml", "-i", "inventory",
+        "-e", json.dumps({**HEALTHCHECK_VARS, "slurm_healthcheck_state": state}),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+def gpu_fault(node: str, faulty: bool) -> None:
+    """The fake NVML of ``node`` reports uncorrected ECC errors on GPU 2 (a GPU fault cannot be caused
+    here), or is healthy again."""
+    if faulty:
+        docker_exec(
+            node,
+            "sh",
+            "-c",
+            f"grep -q ecc_uncorrected {SCENARIO} || echo gpu2.ecc_uncorrected=4 >> {SCENARIO}",
+        )
+    else:
+        docker_exec(node, "sed", "-i", "/ecc_uncorrected/d", SCENARIO)
+
+
+def health_runs(node: str) -> float:
+    """When slurmd last ran the health check on ``node`` (the textfile's timestamp), 0 before the first."""
+    done = subprocess.run(
+        ["docker", "exec", node, "cat", HEALTH_TEXTFILE], capture_output=True, text=True, check=False
+    )
+    found = re.search(r"^dltune_audit_timestamp_seconds (\S+)$", done.stdout, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def after_runs(node: str, runs: int = 2, timeout: float = 90) -> str:
+    """Wait until slurmd has run the health check ``runs`` more times on ``node``; its textfile then."""
+    deadline, seen, last = time.monotonic() + timeout, 0, health_runs(node)
+    while seen < runs:
+        assert time.monotonic() < deadline, f"slurmd ran no health check on {node} for {timeout} s"
+        time.sleep(1)
+        now = health_runs(node)
+        seen, last = (seen + 1, now) if now != last else (seen, last)
+    return docker_exec(node, "cat", HEALTH_TEXTFILE)
+
+
+def wait_for_reason(node: str, reason: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while slurm_node(node)[1] != reason or "DRAIN" not in slurm_node(node)[0]:
+        assert time.monotonic() < deadline, f"{node} not drained with {reason!r}: {slurm_node(node)}"
+        time.sleep(0.5)
+
+
+def test_slurm_runs_dltune_as_its_health_check_within_the_drain_limit_and_flap_damping(lab: None) -> None:
+    """playbooks/slurm_healthcheck.yml sets HealthCheckProgram on the controller and the three nodes;
+    slurmd itself runs `dltune healthcheck` every 10 s (nothing here calls it). Faults come from each
+    node's fake NVML (uncorrected ECC on a GPU). Proven through Slurm's node states: a critical fail
+    drains the node within an interval and healthy resumes it; a node resumed twice and failing again
+    stays drained as flapping until the operator resumes it; an admin's drain is never touched; with
+    all three failing at once and a limit of 2, the third stays in service and its textfile says why."""
+    third, second = NODES[2], NODES[1]
+    healthcheck_play("present")
+    try:
+        confs = {
+            docker_exec(n, "sha256sum", "/etc/slurm/slurm.conf").split()[0] for n in (*NODES, CONTROLLER)
+        }
+        assert len(confs) == 1, "slurm.conf differs between the controller and the nodes"
+        assert "HealthCheckProgram=/usr/local/sbin/dltune-healthcheck" in docker_exec(
+            CONTROLLER, "scontrol", "show", "config"
+        )
+        for node in NODES:
+            after_runs(node, 1)
+            assert "DRAIN" not in slurm_node(node)[0], slurm_node(node)
+
+        # A critical fail drains within an interval; healthy resumes.
+        gpu_fault(third, True)
+        wait_for_reason(third, "dltune: gpu.ecc")
+        gpu_fault(third, False)
+        wait_for_slurm_node(third, drained=False, timeout=60)
+        # The second cycle is still an ordinary drain; after its resume (two within the hour) the
+        # next fail is flapping, and a healthy check no longer resumes it: the operator does.
+        gpu_fault(third, True)
+        wait_for_reason(third, "dltune: gpu.ecc")
+        gpu_fault(third, False)
+        wait_for_slurm_node(third, drained=False, timeout=60)
+        gpu_fault(third, True)
+        wait_for_reason(third, "dltune: flapping: gpu.ecc")
+        gpu_fault(third, False)
+        after_runs(third, 2)
+        assert slurm_node(third)[1] == "dltune: flapping: gpu.ecc", slurm_node(third)
+        docker_exec(CONTROLLER, "scontrol", "update", f"nodename={third}", "state=resume")
+        after_runs(third, 2)
+        assert "DRAIN" not in slurm_node(third)[0], slurm_node(third)
+
+        # An admin's drain: a critical fail does not rewrite its reason, healthy does not resume it.
+        admin = "maintenance: PSU swap"
+        docker_exec(CONTROLLER, "scontrol", "update", f"nodename={second}", "state=drain", f"reason={admin}")
+        gpu_fault(second, True)
+        assert 'id="gpu.ecc"' in after_runs(second, 2) and slurm_node(second)[1] == admin
+        gpu_fault(second, False)
+        after_runs(second, 2)
+        assert "DRAIN" in slurm_node(second)[0] and slurm_node(second)[1] == admin, slurm_node(second)
+        docker_exec(CONTROLLER, "scontrol", "update", f"nodename={second}", "state=resume")
+
+        # One fault on every node at once, limit 2: two drain, the third stays and says why.
+        for node in NODES:
+            gpu_fault(node, True)
+        deadline = time.monotonic() + 60
+        while sum("DRAIN" in slurm_node(n)[0] for n in NODES) < 2:
+            assert time.monotonic() < deadline, [slurm_node(n) for n in NODES]
+            time.sleep(0.5)
+        for node in NODES:
+            after_runs(node, 2)
+        in_service = [n for n in NODES if "DRAIN" not in slurm_node(n)[0]]
+        assert len(in_service) == 1, [slurm_node(n) for n in NODES]
+        textfile = after_runs(in_service[0], 1)
+        assert re.search(r'dltune_check_status\{id="system.drain_limit".*status="warn"', textfile), textfile
+        assert re.search(
+            r'dltune_check_metric\{id="system.drain_limit".*metric="drained_nodes"\} 2.0', textfile
+        )
+        for node in NODES:
+            gpu_fault(node, False)
+        for node in NODES:
+            wait_for_slurm_node(node, drained=False, timeout=60)
+    finally:
+        for node in NODES:
+            gpu_fault(node, False)
+        healthcheck_play("absent")
+        for node in NODES:
+            docker_exec(node, "rm", "-f", "/var/lib/dltune/slurm-health.json")
+            if "DRAIN" in slurm_node(node)[0]:
+                docker_exec(CONTROLLER, "scontrol", "update", f"nodename={node}", "state=resume")
+    assert "HealthCheckProgram" not in docker_exec(NODES[0], "cat", "/etc/slurm/slurm.conf")
+
+
 def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """playbooks/audit.yml fetches each node's audit and merges them with `dltune report`; a node in the
     inventory that does not exist is in the report as unreachable, not dropped."""
