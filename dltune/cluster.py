@@ -268,6 +268,16 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
         console.print(table)
     else:
         console.print(Text(title))
+    _print_fleet_notes(nodes, console)
+    if clean:
+        listed = ", ".join(clean[:10]) + (f", ... ({len(clean) - 10} more)" if len(clean) > 10 else "")
+        console.print(
+            Text(f"{len(clean)} node(s) with no finding: {listed} (`dltune report --all` lists them)")
+        )
+
+
+def _print_fleet_notes(nodes: Sequence[NodeReport], console: Console) -> None:
+    """What no single row shows: a shared dependency many nodes fail on, GPU firmware that differs."""
     for dependency, hosts, checks in shared_failures(nodes):
         console.print(
             Text(
@@ -279,11 +289,6 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
     for host, what in sorted(firmware_outliers(nodes).items()):
         console.print(
             Text(f"firmware differs from the cluster's on {host}: {'; '.join(what)}", style="yellow")
-        )
-    if clean:
-        listed = ", ".join(clean[:10]) + (f", ... ({len(clean) - 10} more)" if len(clean) > 10 else "")
-        console.print(
-            Text(f"{len(clean)} node(s) with no finding: {listed} (`dltune report --all` lists them)")
         )
 
 

@@ -289,31 +289,7 @@ def decide(
     recent = tuple(t for t in history.resumes if now - t < policy.flap_window_s)
     history = replace(history, resumes=recent)
     if failing:
-        if node.reason.startswith(FLAPPING_PREFIX) and node.drained:
-            return Decision(
-                "none", f"{name} stays drained ({node.reason}): resume it by hand once fixed", history=history
-            )
-        flapping = len(recent) >= policy.flap_count
-        reason = f"{FLAPPING_PREFIX if flapping else REASON_PREFIX} {' '.join(failing)}"
-        if node.drained_by_dltune and node.reason == reason:
-            return Decision(
-                "none", f"{name} stays drained ({reason})", history=replace(history, drained_reason=reason)
-            )
-        if not node.drained_by_dltune:
-            if cluster is None:
-                return Decision("need_cluster", "", history=history)
-            held = held_by_limit(node, cluster, policy, failing)
-            if held is not None:
-                return Decision(
-                    "none", f"{name} not drained: {held.summary}", results=(held,), history=history
-                )
-        said = f"drained {name}: {reason}" + (
-            f" ({len(recent)} resumes by dltune within {policy.flap_window_s / 3600:g} h: not resumed "
-            "automatically again)"
-            if flapping
-            else ""
-        )
-        return Decision("drain", said, reason, history=replace(history, drained_reason=reason))
+        return _decide_failing(node, failing, cluster, policy, history, recent)
     if node.drained_by_dltune:
         if node.reason.startswith(FLAPPING_PREFIX):
             return Decision(
@@ -331,6 +307,41 @@ def decide(
         f"{name} left as it is ({node.state}{', ' + node.reason if node.reason else ''})",
         history=history,
     )
+
+
+def _decide_failing(
+    node: NodeState,
+    failing: list[str],
+    cluster: Mapping[str, NodeState] | None,
+    policy: Policy,
+    history: History,
+    recent: tuple[float, ...],
+) -> Decision:
+    """A critical check fails: drain (flapping when dltune resumed it often lately), within the limit."""
+    name = node.name or "this node"
+    if node.reason.startswith(FLAPPING_PREFIX) and node.drained:
+        return Decision(
+            "none", f"{name} stays drained ({node.reason}): resume it by hand once fixed", history=history
+        )
+    flapping = len(recent) >= policy.flap_count
+    reason = f"{FLAPPING_PREFIX if flapping else REASON_PREFIX} {' '.join(failing)}"
+    if node.drained_by_dltune and node.reason == reason:
+        return Decision(
+            "none", f"{name} stays drained ({reason})", history=replace(history, drained_reason=reason)
+        )
+    if not node.drained_by_dltune:
+        if cluster is None:
+            return Decision("need_cluster", "", history=history)
+        held = held_by_limit(node, cluster, policy, failing)
+        if held is not None:
+            return Decision("none", f"{name} not drained: {held.summary}", results=(held,), history=history)
+    said = f"drained {name}: {reason}" + (
+        f" ({len(recent)} resumes by dltune within {policy.flap_window_s / 3600:g} h: not resumed "
+        "automatically again)"
+        if flapping
+        else ""
+    )
+    return Decision("drain", said, reason, history=replace(history, drained_reason=reason))
 
 
 def _scontrol(runner: CommandRunner, argv: list[str]) -> str:

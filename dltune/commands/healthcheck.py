@@ -45,6 +45,7 @@ AUDIT_SECONDS = 25.0
 MAX_AUDIT_SECONDS = 30.0
 
 
+# long: mostly its option declarations
 def healthcheck(
     textfile_dir: Annotated[
         Path | None,

@@ -38,6 +38,7 @@ def test_json_envelope_of_a_fixture_tree() -> None:
         "remedy",
         "metrics",
         "critical",
+        "shared_dependency",
     }
 
 
