@@ -359,6 +359,36 @@ REFUSED: dict[str, dict[str, tuple[dict[str, Any], str]]] = {
         "suid": ({"tmpfs_tmp_options": ["nosuid", "suid"]}, "'nosuid' and 'suid' contradict each other"),
         "ro-rw": ({"tmpfs_tmp_options": ["ro", "rw", "noatime"]}, "'ro' and 'rw' contradict each other"),
     },
+    "slurm_healthcheck": {
+        "program-usr-bin": (
+            {"slurm_healthcheck_program": "/usr/bin/dltune-healthcheck"},
+            "slurm_healthcheck_program=/usr/bin/dltune-healthcheck is refused: not at or below",
+        ),
+        "program-sbin-dir": (
+            {"slurm_healthcheck_program": "/usr/local/sbin"},
+            "slurm_healthcheck_program=/usr/local/sbin is refused",
+        ),
+        "conf-passwd": (
+            {"slurm_healthcheck_conf": "/etc/passwd"},
+            "slurm_healthcheck_conf=/etc/passwd is refused: not at or",
+        ),
+        "history-var-lib": (
+            {"slurm_healthcheck_history_file": "/var/lib/slurm-health.json"},
+            "slurm_healthcheck_history_file=/var/lib/slurm-health.json is refused",
+        ),
+        "textfile-tmp": (
+            {"slurm_healthcheck_textfile_dir": "/tmp"},
+            "slurm_healthcheck_textfile_dir=/tmp is refused",
+        ),
+        "facts-shadow": (
+            {"slurm_healthcheck_facts_file": "/etc/shadow"},
+            "slurm_healthcheck_facts_file=/etc/shadow is refused",
+        ),
+        # Not paths: the role's own assert, before any change, naming the variables.
+        "idle-only": ({"slurm_healthcheck_node_state": "IDLE"}, "slurm_healthcheck_node_state (IDLE)"),
+        "interval": ({"slurm_healthcheck_interval": 5}, "slurm_healthcheck_interval (5) must be 10-86400 s"),
+        "limit": ({"slurm_healthcheck_drain_limit": "0%"}, "slurm_healthcheck_drain_limit (0%) a count"),
+    },
     "nvidia_driver": {
         "relative": (
             {"nvidia_driver_sys_dir": "sys"},
@@ -380,6 +410,13 @@ ACCEPTED: dict[str, dict[str, dict[str, Any]]] = {
     "tmpfs_tmp": {
         "defaults": {},
         "exec": {"tmpfs_tmp_options": ["noatime", "nosuid", "nodev", "exec", "mode=1777"]},
+    },
+    "slurm_healthcheck": {
+        "defaults": {},
+        "outputs": {
+            "slurm_healthcheck_textfile_dir": "/var/lib/prometheus/node-exporter",
+            "slurm_healthcheck_facts_file": "/etc/ansible/facts.d/dltune.fact",
+        },
     },
     # Validation goes on past the paths to what this machine may not be (Ubuntu): not refused for them.
     "nvidia_driver": {"test-tree": {"nvidia_driver_sys_dir": "/srv/fake-gpu-sys"}},
