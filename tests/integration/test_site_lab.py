@@ -417,10 +417,10 @@ def test_slurm_drain_never_overrides_an_admins_drain(lab: None) -> None:
 
 SCENARIO = "/etc/dltune-lab/nvml-scenario.conf"
 HEALTH_TEXTFILE = "/var/lib/prometheus/node-exporter/dltune.prom"
-# Slurm's health check every 10 s (CYCLE: the three nodes spread over it); at most 2 nodes drained by
+# Slurm's health check every 5 s (CYCLE: the three nodes spread over it); at most 2 nodes drained by
 # dltune at once; a node dltune resumed twice within the hour and failing again is flapping.
 HEALTHCHECK_VARS = {
-    "slurm_healthcheck_interval": 10,
+    "slurm_healthcheck_interval": 5,
     "slurm_healthcheck_drain_limit": "2",
     "slurm_healthcheck_flap_count": 2,
     "slurm_healthcheck_flap_window_hours": 1,
@@ -479,7 +479,7 @@ def wait_for_reason(node: str, reason: str, timeout: float = 60) -> None:
 
 def test_slurm_runs_dltune_as_its_health_check_within_the_drain_limit_and_flap_damping(lab: None) -> None:
     """playbooks/slurm_healthcheck.yml sets HealthCheckProgram on the controller and the three nodes;
-    slurmd itself runs `dltune healthcheck` every 10 s (nothing here calls it). Faults come from each
+    slurmd itself runs `dltune healthcheck` every 5 s (nothing here calls it). Faults come from each
     node's fake NVML (uncorrected ECC on a GPU). Proven through Slurm's node states: a critical fail
     drains the node within an interval and healthy resumes it; a node resumed twice and failing again
     stays drained as flapping until the operator resumes it; an admin's drain is never touched; with
@@ -491,9 +491,8 @@ def test_slurm_runs_dltune_as_its_health_check_within_the_drain_limit_and_flap_d
             docker_exec(n, "sha256sum", "/etc/slurm/slurm.conf").split()[0] for n in (*NODES, CONTROLLER)
         }
         assert len(confs) == 1, "slurm.conf differs between the controller and the nodes"
-        assert "HealthCheckProgram=/usr/local/sbin/dltune-healthcheck" in docker_exec(
-            CONTROLLER, "scontrol", "show", "config"
-        )
+        config = docker_exec(CONTROLLER, "scontrol", "show", "config")
+        assert re.search(r"HealthCheckProgram\s*=\s*/usr/local/sbin/dltune-healthcheck\n", config), config
         for node in NODES:
             after_runs(node, 1)
             assert "DRAIN" not in slurm_node(node)[0], slurm_node(node)
@@ -557,6 +556,9 @@ def test_slurm_runs_dltune_as_its_health_check_within_the_drain_limit_and_flap_d
             if "DRAIN" in slurm_node(node)[0]:
                 docker_exec(CONTROLLER, "scontrol", "update", f"nodename={node}", "state=resume")
     assert "HealthCheckProgram" not in docker_exec(NODES[0], "cat", "/etc/slurm/slurm.conf")
+    assert re.search(
+        r"HealthCheckProgram\s*=\s*\(null\)", docker_exec(CONTROLLER, "scontrol", "show", "config")
+    )
 
 
 def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -386,7 +386,7 @@ REFUSED: dict[str, dict[str, tuple[dict[str, Any], str]]] = {
         ),
         # Not paths: the role's own assert, before any change, naming the variables.
         "idle-only": ({"slurm_healthcheck_node_state": "IDLE"}, "slurm_healthcheck_node_state (IDLE)"),
-        "interval": ({"slurm_healthcheck_interval": 5}, "slurm_healthcheck_interval (5) must be 10-86400 s"),
+        "interval": ({"slurm_healthcheck_interval": 4}, "slurm_healthcheck_interval (4) must be 5-86400 s"),
         "limit": ({"slurm_healthcheck_drain_limit": "0%"}, "slurm_healthcheck_drain_limit (0%) a count"),
     },
     "nvidia_driver": {
