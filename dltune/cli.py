@@ -24,6 +24,7 @@ from dltune.commands.audit import audit
 from dltune.commands.bench import bench
 from dltune.commands.check import check
 from dltune.commands.healthcheck import healthcheck
+from dltune.commands.remedy import remedy
 from dltune.commands.report import report
 from dltune.commands.stage import stage, stage_node
 from dltune.model import EXIT_FAIL, EXIT_USAGE_OR_ERROR, DltuneError
@@ -40,7 +41,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for command in (audit, check, healthcheck, stage, bench, report):
+for command in (audit, check, healthcheck, remedy, stage, bench, report):
     app.command()(command)
 app.command("stage-node", hidden=True)(stage_node)
 

@@ -561,6 +561,99 @@ def test_slurm_runs_dltune_as_its_health_check_within_the_drain_limit_and_flap_d
     )
 
 
+# Stand-ins for what a container cannot have (a GPU driver): `dmesg` prints the real kernel log and
+# then the lines in KMSG_EXTRA (the Xids a test plants); `nvidia-smi` records its arguments and, when
+# RESET_CLEARS exists, logs what the driver prints after a successful reset (Xid 154 back to None).
+KMSG_EXTRA, RESET_CLEARS, SMI_CALLS = (
+    "/etc/dltune-lab/kmsg-extra",
+    "/etc/dltune-lab/reset-clears",
+    "/etc/dltune-lab/smi-calls",
+)
+DMESG_STANDIN = f'#!/bin/sh\n/usr/bin/dmesg "$@" 2>/dev/null\ncat {KMSG_EXTRA} 2>/dev/null\nexit 0\n'
+SMI_STANDIN = (
+    f'#!/bin/sh\necho "$@" >> {SMI_CALLS}\n'
+    f"[ -e {RESET_CLEARS} ] && echo 'NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x1 "
+    f"(GPU Reset Required) to 0x0 (None)' >> {KMSG_EXTRA}\nexit 0\n"
+)
+XID_RESET = (
+    "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+)
+
+
+def docker_write(node: str, path: str, text: str, mode: str = "0644") -> None:
+    """A file in a lab node, its text passed on stdin (no shell quoting)."""
+    argv = ["docker", "exec", "-i", node, "sh", "-c", f"cat > {path} && chmod {mode} {path}"]
+    done = subprocess.run(argv, input=text, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, (path, done.stderr)
+
+
+def remediate(*args: str) -> subprocess.CompletedProcess[str]:
+    check_args = json.dumps({"dltune_remediate_check_args": ["--no-bench"]})
+    done = ansible_playbook("playbooks/remediate.yml", "-i", "inventory", "-e", check_args, *args)
+    assert done.returncode == 0, done.stdout[-3000:]
+    return done
+
+
+def test_remediation_fixes_drift_resets_a_gpu_and_resumes_only_what_it_proved(lab: None) -> None:
+    """playbooks/remediate.yml on the lab's real Slurm. node1 is drained for drift (its scratch base
+    made 0777: staging.slurm_hooks), node2 for uncorrected ECC errors (fake NVML: no remediation fixes
+    that), node3 for NVIDIA's RESET_GPU recovery action (Xid 154, through a stand-in `dmesg`; the reset
+    goes to a stand-in `nvidia-smi` on PATH, as no GPU exists here). Each drain is dltune's own
+    (`dltune audit --slurm-drain`). The play re-applies slurm_tmpdir on node1, proves and resumes it;
+    keeps node2 drained with its reason; resets node3's GPU, but the reset does not clear the fault the
+    first time, so the proof fails and node3 stays drained; once a reset clears it, the next run
+    resumes node3. `dltune check --no-bench` is the proof here (the quick bench on CPU takes minutes a
+    node in the lab; the gate itself is tested in test_fake_nvml and test_bench_cpu)."""
+    drift, ecc, gpu = NODES
+    audit = ["dltune", "audit", "--slurm-drain", "--drain-limit", "3", "--format", "json"]
+    try:
+        docker_exec(drift, "chmod", "0777", "/localscratch")
+        subprocess.run(
+            ["docker", "exec", drift, *audit, "--only", "staging"], capture_output=True, check=False
+        )
+        gpu_fault(ecc, True)
+        subprocess.run(["docker", "exec", ecc, *audit, "--only", "gpu"], capture_output=True, check=False)
+        docker_write(gpu, KMSG_EXTRA, XID_RESET + "\n")
+        for name, body in (("dmesg", DMESG_STANDIN), ("nvidia-smi", SMI_STANDIN)):
+            docker_write(gpu, f"/usr/local/sbin/{name}", body, "0755")
+        subprocess.run(["docker", "exec", gpu, *audit, "--only", "gpu"], capture_output=True, check=False)
+        assert [slurm_node(n)[1] for n in NODES] == [
+            "dltune: staging.slurm_hooks",
+            "dltune: gpu.ecc",
+            "dltune: gpu.xid",
+        ]
+
+        done = remediate()
+        assert "DRAIN" not in slurm_node(drift)[0], (slurm_node(drift), done.stdout[-3000:])
+        assert docker_exec(drift, "stat", "-c", "%a", "/localscratch").strip() == "755"
+        assert "DRAIN" in slurm_node(ecc)[0] and slurm_node(ecc)[1] == "dltune: gpu.ecc"
+        assert docker_exec(gpu, "cat", SMI_CALLS).split() == ["-r", "-i", "0000:3b:00.0"]
+        assert "DRAIN" in slurm_node(gpu)[0] and slurm_node(gpu)[1] == "dltune: gpu.xid", done.stdout[-3000:]
+        assert f"{gpu} stays drained" in done.stdout
+
+        docker_exec(gpu, "touch", RESET_CLEARS)
+        remediate("--limit", gpu)
+        assert docker_exec(gpu, "cat", SMI_CALLS).split() == ["-r", "-i", "0000:3b:00.0"] * 2
+        assert "DRAIN" not in slurm_node(gpu)[0], slurm_node(gpu)
+        assert "DRAIN" in slurm_node(ecc)[0]
+    finally:
+        gpu_fault(ecc, False)
+        docker_exec(drift, "chmod", "0755", "/localscratch")
+        docker_exec(
+            gpu,
+            "rm",
+            "-f",
+            KMSG_EXTRA,
+            RESET_CLEARS,
+            SMI_CALLS,
+            "/usr/local/sbin/dmesg",
+            "/usr/local/sbin/nvidia-smi",
+        )
+        for node in NODES:
+            if "DRAIN" in slurm_node(node)[0]:
+                docker_exec(CONTROLLER, "scontrol", "update", f"nodename={node}", "state=resume")
+
+
 def test_audit_playbook_reports_every_node(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """playbooks/audit.yml fetches each node's audit and merges them with `dltune report`; a node in the
     inventory that does not exist is in the report as unreachable, not dropped."""

@@ -1,0 +1,57 @@
+"""`dltune remedy`: what playbooks/remediate.yml may do for this node, from a fresh (read-only) audit
+and the node's state in Slurm: one JSON object on stdout. The decision is dltune.remediation's."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dltune.commands import seconds_option
+from dltune.commands.audit import audit_results
+from dltune.model import EXIT_OK
+from dltune.probes.watchdog import Deadline
+
+
+def remedy(
+    slurm_node: Annotated[
+        str | None,
+        typer.Option(
+            "--slurm-node", help="Slurm node name (default: $SLURMD_NODENAME, then the short hostname)."
+        ),
+    ] = None,
+    timeout: Annotated[float, seconds_option("--timeout", help="Seconds for the audit.")] = 30.0,
+) -> None:
+    """Audit this node and say what remediation may do: resume, reapply (roles), reset_gpu, reboot or
+    hold, with the node's Slurm state (drained by dltune? flapping?). JSON; exit 0."""
+    from dltune.probes.runner import SubprocessRunner
+    from dltune.remediation import remedy_for
+    from dltune.slurm_health import FLAPPING_PREFIX, SCONTROL_TIMEOUT_S, parse_node
+
+    node = slurm_node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    _, results, host = audit_results(Path("/"), None, 5.0, min(10.0, timeout), Deadline(timeout))
+    shown = SubprocessRunner().run(["scontrol", "-o", "show", "node", node], timeout=SCONTROL_TIMEOUT_S)
+    slurm: dict[str, Any]
+    if shown.ok:
+        state = parse_node(shown.stdout)
+        slurm = {
+            "state": state.state,
+            "reason": state.reason,
+            "drained_by_dltune": state.drained_by_dltune,
+            "flapping": state.drained and state.reason.startswith(FLAPPING_PREFIX),
+        }
+    else:
+        slurm = {
+            "error": (shown.stderr.strip() or f"exit {shown.returncode}")[-300:],
+            "drained_by_dltune": False,
+        }
+    decided = remedy_for(results)
+    sys.stdout.write(
+        json.dumps({"host": host, "node": node, "slurm": slurm, "remedy": decided.to_dict()}) + "\n"
+    )
+    raise typer.Exit(EXIT_OK)
