@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,25 @@ if TYPE_CHECKING:
     from dltune.snapshot import Snapshot
 
 log = logging.getLogger("dltune")
+
+# Options `dltune audit` shares with `dltune healthcheck` (and `dltune remedy`).
+TEXTFILE_DIR_OPTION = typer.Option(
+    "--textfile-dir", help="Also write dltune.prom there (node_exporter textfile collector)."
+)
+FACTS_FILE_OPTION = typer.Option(
+    "--facts-file", help="Also write Ansible local facts (e.g. /etc/ansible/facts.d/dltune.fact)."
+)
+NFS_TIMEOUT_OPTION = seconds_option(
+    "--nfs-timeout", help="Seconds an NFS mount may take to answer before it counts as stale."
+)
+SLURM_NODE_OPTION = typer.Option(
+    "--slurm-node", help="Slurm node name (default: $SLURMD_NODENAME, then the short hostname)."
+)
+
+
+def slurm_node_name(given: str | None) -> str:
+    return given or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
 
 # The drain bounds' options, shared by `dltune audit --slurm-drain` and `dltune healthcheck`.
 DRAIN_LIMIT_OPTION = typer.Option(
@@ -114,24 +134,9 @@ def audit(
     ] = None,
     show_all: Annotated[bool, ALL_OPTION] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log probe details on stderr.")] = False,
-    textfile_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--textfile-dir", help="Also write dltune.prom there (node_exporter textfile collector)."
-        ),
-    ] = None,
-    facts_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--facts-file", help="Also write Ansible local facts (e.g. /etc/ansible/facts.d/dltune.fact)."
-        ),
-    ] = None,
-    nfs_timeout: Annotated[
-        float,
-        seconds_option(
-            "--nfs-timeout", help="Seconds an NFS mount may take to answer before it counts as stale."
-        ),
-    ] = 5.0,
+    textfile_dir: Annotated[Path | None, TEXTFILE_DIR_OPTION] = None,
+    facts_file: Annotated[Path | None, FACTS_FILE_OPTION] = None,
+    nfs_timeout: Annotated[float, NFS_TIMEOUT_OPTION] = 5.0,
     slurm_drain: Annotated[
         bool,
         typer.Option(

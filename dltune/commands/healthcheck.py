@@ -11,8 +11,6 @@ can make slurmd take the node out on its own; each run prints one line (slurmd l
 from __future__ import annotations
 
 import gc
-import os
-import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -24,9 +22,11 @@ from dltune.commands.audit import (
     FLAP_COUNT_OPTION,
     FLAP_WINDOW_OPTION,
     HISTORY_FILE_OPTION,
+    NFS_TIMEOUT_OPTION,
     apply_slurm_health,
     audit_results,
     drain_policy,
+    slurm_node_name,
     write_node_outputs,
 )
 from dltune.model import EXIT_OK, Status
@@ -73,9 +73,7 @@ def healthcheck(
             help="Seconds for the audit (slurmd's limit is 60 s for all).",
         ),
     ] = AUDIT_SECONDS,
-    nfs_timeout: Annotated[
-        float, seconds_option("--nfs-timeout", help="Seconds an NFS mount may take to answer.")
-    ] = 5.0,
+    nfs_timeout: Annotated[float, NFS_TIMEOUT_OPTION] = 5.0,
     nvml_timeout: Annotated[
         float,
         seconds_option("--nvml-timeout", help="Seconds NVML may take before the driver counts as hung."),
@@ -88,7 +86,7 @@ def healthcheck(
     """Slurm's HealthCheckProgram: audit, write the textfile and facts, drain/resume within the bounds.
     Exit 0 whatever it found (findings reach Slurm as drain reasons); 2 only for invalid options."""
     policy = drain_policy(drain_limit, flap_count, flap_window)
-    node = slurm_node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    node = slurm_node_name(slurm_node)
     gc.disable()  # as in audit: a short-lived process, its objects freed at exit
     try:
         _, results, host = audit_results(

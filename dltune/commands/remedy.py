@@ -4,8 +4,6 @@ and the node's state in Slurm: one JSON object on stdout. The decision is dltune
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from dltune.commands import seconds_option
-from dltune.commands.audit import audit_results
+from dltune.commands.audit import audit_results, slurm_node_name
 from dltune.model import EXIT_OK
 from dltune.probes.watchdog import Deadline
 
@@ -33,7 +31,7 @@ def remedy(
     from dltune.remediation import remedy_for
     from dltune.slurm_health import FLAPPING_PREFIX, SCONTROL_TIMEOUT_S, parse_node
 
-    node = slurm_node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    node = slurm_node_name(slurm_node)
     _, results, host = audit_results(Path("/"), None, 5.0, min(10.0, timeout), Deadline(timeout))
     shown = SubprocessRunner().run(["scontrol", "-o", "show", "node", node], timeout=SCONTROL_TIMEOUT_S)
     slurm: dict[str, Any]
