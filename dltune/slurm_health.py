@@ -386,12 +386,22 @@ def apply(
         )
         said, held = _recheck(node, results, runner, policy, decision)
         if held is not None:
-            save_history(history_file, replace(decision.history, drained_reason=""))
+            note += _saved(history_file, replace(decision.history, drained_reason=""))
             return said + note, [held]
     elif decision.action == "resume":
         _scontrol(runner, ["scontrol", "update", f"nodename={node}", "state=resume"])
-    save_history(history_file, decision.history)
+    note += _saved(history_file, decision.history)
     return said + note, list(decision.results)
+
+
+def _saved(path: str | None, history: History) -> str:
+    """Save the history; Slurm has been changed already, so a failure is said, never raised (raising
+    would report "nothing changed" about a node that was just drained or resumed)."""
+    try:
+        save_history(path, history)
+    except (OSError, DltuneError) as exc:
+        return f" (history not saved: {exc})"
+    return ""
 
 
 def _recheck(

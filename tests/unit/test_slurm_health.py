@@ -343,3 +343,11 @@ def test_scontrol_lines_of_many_nodes_are_parsed_with_partitions_and_stamps() ->
         and nodes["gpu03"].reason_time == "2026-11-25T09:00:00"
     )
     assert nodes["gpu01"].partitions == ("gpu",) and nodes["gpu03"].drained_by_dltune
+
+
+def test_a_history_that_cannot_be_saved_is_said_after_the_drain_not_raised(tmp_path: Path) -> None:
+    slurm = cluster_of(30)
+    (tmp_path / "a-file").write_text("")
+    said, _ = apply("gpu01", ECC_FAIL, slurm, None, str(tmp_path / "a-file" / "history.json"))  # type: ignore[arg-type]
+    assert slurm.state("gpu01")[0] == "IDLE+DRAIN"
+    assert said.startswith("drained gpu01: dltune: gpu.ecc") and "history not saved" in said, said
