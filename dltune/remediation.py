@@ -6,8 +6,8 @@
   ("apply role slurm_tmpdir"): the play applies those roles, then proves the node.
 - **reset_gpu**: a GPU in NVIDIA's RESET_GPU bucket (gpu.xid): `nvidia-smi -r -i <bus id>`, only when
   no job runs on the node, then the proof.
-- **reboot**: a GPU in the RESTART_BM bucket: `scontrol reboot ASAP nextstate=DRAIN`; the node comes
-  back drained by dltune and the next run proves and resumes it.
+- **reboot**: a GPU in the RESTART_BM bucket: `scontrol reboot ASAP` with dltune's reason; the node
+  comes back drained by dltune and the next run proves and resumes it.
 - **hold**: anything else (an ECC fault, CONTACT_SUPPORT, a check whose remedy names no role): the
   node stays drained with its reason. One unknown cause holds the whole node: never half a fix."""
 
