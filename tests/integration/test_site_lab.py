@@ -485,6 +485,10 @@ def test_slurm_runs_dltune_as_its_health_check_within_the_drain_limit_and_flap_d
     stays drained as flapping until the operator resumes it; an admin's drain is never touched; with
     all three failing at once and a limit of 2, the third stays in service and its textfile says why."""
     third, second = NODES[2], NODES[1]
+    # Earlier tests' `dltune audit --slurm-drain` runs keep their resumes in the same history file:
+    # this test counts flaps from its own start.
+    for node in NODES:
+        docker_exec(node, "rm", "-f", "/var/lib/dltune/slurm-health.json")
     healthcheck_play("present")
     try:
         confs = {
