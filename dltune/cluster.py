@@ -270,9 +270,8 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
         console.print(Text(title))
     _print_fleet_notes(nodes, console)
     if clean:
-        listed = ", ".join(clean[:10]) + (f", ... ({len(clean) - 10} more)" if len(clean) > 10 else "")
         console.print(
-            Text(f"{len(clean)} node(s) with no finding: {listed} (`dltune report --all` lists them)")
+            Text(f"{len(clean)} node(s) with no finding: {_listed(clean)} (`dltune report --all` lists them)")
         )
 
 

@@ -87,6 +87,11 @@ class NodeState:
         return self.drained and self.reason.startswith(REASON_PREFIX)
 
     @property
+    def flapping(self) -> bool:
+        """Drained by dltune as flapping: only an operator resumes it."""
+        return self.drained and self.reason.startswith(FLAPPING_PREFIX)
+
+    @property
     def held_by_someone_else(self) -> bool:
         """Out of service for a reason dltune did not give: the admin's (or Slurm's) to lift."""
         return self.out_of_service and not self.reason.startswith(REASON_PREFIX)
@@ -291,7 +296,7 @@ def decide(
     if failing:
         return _decide_failing(node, failing, cluster, policy, history, recent)
     if node.drained_by_dltune:
-        if node.reason.startswith(FLAPPING_PREFIX):
+        if node.flapping:
             return Decision(
                 "none",
                 f"{name} stays drained ({node.reason}): healthy now, but an operator resumes a flapping node",
@@ -319,7 +324,7 @@ def _decide_failing(
 ) -> Decision:
     """A critical check fails: drain (flapping when dltune resumed it often lately), within the limit."""
     name = node.name or "this node"
-    if node.reason.startswith(FLAPPING_PREFIX) and node.drained:
+    if node.flapping:
         return Decision(
             "none", f"{name} stays drained ({node.reason}): resume it by hand once fixed", history=history
         )

@@ -66,9 +66,9 @@ def _ran_out_of_time(diag: DcgmDiag, snap: Snapshot, evidence: dict[str, object]
             f"`{diag.command}` did not finish ({diag.error}) while NVML still answers: the diagnostic ran "
             "out of time, which says nothing about the GPUs yet",
             evidence=evidence,
-            remedy=f"rerun with a longer limit (dltune check --dcgm {diag.level} --dcgm-timeout SECONDS) "
-            "when "
-            "no job runs; a rerun that also runs out of time is a fault to chase with nv-hostengine's log",
+            remedy=f"rerun with a longer limit (dltune check --dcgm {diag.level} --dcgm-timeout SECONDS)"
+            " when no job runs; a rerun that also runs out of time is a fault to chase with"
+            " nv-hostengine's log",
         )
     return Result(
         "gpu.dcgm",

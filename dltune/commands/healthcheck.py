@@ -19,10 +19,13 @@ import typer
 from dltune.commands import error_line, seconds_option
 from dltune.commands.audit import (
     DRAIN_LIMIT_OPTION,
+    FACTS_FILE_OPTION,
     FLAP_COUNT_OPTION,
     FLAP_WINDOW_OPTION,
     HISTORY_FILE_OPTION,
     NFS_TIMEOUT_OPTION,
+    SLURM_NODE_OPTION,
+    TEXTFILE_DIR_OPTION,
     apply_slurm_health,
     audit_results,
     drain_policy,
@@ -47,24 +50,12 @@ MAX_AUDIT_SECONDS = 30.0
 
 # long: mostly its option declarations
 def healthcheck(
-    textfile_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--textfile-dir", help="Also write dltune.prom there (node_exporter textfile collector)."
-        ),
-    ] = None,
-    facts_file: Annotated[
-        Path | None, typer.Option("--facts-file", help="Also write the Ansible local facts there.")
-    ] = None,
+    textfile_dir: Annotated[Path | None, TEXTFILE_DIR_OPTION] = None,
+    facts_file: Annotated[Path | None, FACTS_FILE_OPTION] = None,
     drain: Annotated[
         bool, typer.Option("--drain/--no-drain", help="Drain and resume the node (--no-drain: report only).")
     ] = True,
-    slurm_node: Annotated[
-        str | None,
-        typer.Option(
-            "--slurm-node", help="Slurm node name (default: $SLURMD_NODENAME, then the short hostname)."
-        ),
-    ] = None,
+    slurm_node: Annotated[str | None, SLURM_NODE_OPTION] = None,
     timeout: Annotated[
         float,
         seconds_option(

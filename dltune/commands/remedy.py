@@ -11,25 +11,20 @@ from typing import Annotated, Any
 import typer
 
 from dltune.commands import seconds_option
-from dltune.commands.audit import audit_results, slurm_node_name
+from dltune.commands.audit import SLURM_NODE_OPTION, audit_results, slurm_node_name
 from dltune.model import EXIT_OK
 from dltune.probes.watchdog import Deadline
 
 
 def remedy(
-    slurm_node: Annotated[
-        str | None,
-        typer.Option(
-            "--slurm-node", help="Slurm node name (default: $SLURMD_NODENAME, then the short hostname)."
-        ),
-    ] = None,
+    slurm_node: Annotated[str | None, SLURM_NODE_OPTION] = None,
     timeout: Annotated[float, seconds_option("--timeout", help="Seconds for the audit.")] = 30.0,
 ) -> None:
     """Audit this node and say what remediation may do: resume, reapply (roles), reset_gpu, reboot or
     hold, with the node's Slurm state (drained by dltune? flapping?). JSON; exit 0."""
     from dltune.probes.runner import SubprocessRunner
     from dltune.remediation import remedy_for
-    from dltune.slurm_health import FLAPPING_PREFIX, SCONTROL_TIMEOUT_S, parse_node
+    from dltune.slurm_health import SCONTROL_TIMEOUT_S, parse_node
 
     node = slurm_node_name(slurm_node)
     _, results, host = audit_results(Path("/"), None, 5.0, min(10.0, timeout), Deadline(timeout))
@@ -41,7 +36,7 @@ def remedy(
             "state": state.state,
             "reason": state.reason,
             "drained_by_dltune": state.drained_by_dltune,
-            "flapping": state.drained and state.reason.startswith(FLAPPING_PREFIX),
+            "flapping": state.flapping,
         }
     else:
         slurm = {

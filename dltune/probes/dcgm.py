@@ -54,15 +54,14 @@ def run_dcgm_diag(runner: CommandRunner, level: int, timeout: float) -> DcgmDiag
             level, command, timed_out=True, error=f"no answer within {dcgm_seconds + CLIENT_GRACE_S:g} s"
         )
     tests, version, problem = parse_dcgm_diag(done.stdout)
+    said = (done.stdout.strip() or done.stderr.strip())[-400:]
     if problem is not None and _said_timeout(done.stdout + done.stderr):
         # DCGM aborted the diagnostic itself at --timeout: it ran out of time, as a killed client does.
-        said = (done.stdout.strip() or done.stderr.strip())[-400:]
         return DcgmDiag(
             level, command, returncode=done.returncode, timed_out=True,
             error=f"DCGM stopped it at its --timeout of {dcgm_seconds} s: {said}",
         )  # fmt: skip
     if problem is not None:
-        said = (done.stdout.strip() or done.stderr.strip())[-400:]
         return DcgmDiag(level, command, returncode=done.returncode, error=f"{problem}: {said or 'no output'}")
     return DcgmDiag(level, command, returncode=done.returncode, tests=tests, version=version)
 
