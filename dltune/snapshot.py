@@ -204,8 +204,17 @@ class Gpu:
     pcie_width_max: int | None = None
     clock_event_reasons: int | None = None
     ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_volatile: int | None = None  # since the driver loaded
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
+    remapped_rows_corrected: int | None = None  # rows remapped for correctable / uncorrectable errors
+    remapped_rows_uncorrected: int | None = None
+    # Banks by spare rows left (nvmlDeviceGetRowRemapperHistogram): max, high, partial, low, none.
+    remap_histogram: dict[str, int] | None = None
+    # Page retirement (pre-Ampere GPUs): pages retired for multiple single-bit / double-bit errors.
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
     utilization_percent: int | None = None
     power_default_limit_w: float | None = None
     # The reason mask again at the end of the window, and each counted reason's share of the window
@@ -245,19 +254,22 @@ UNKNOWN_DEVICE = "unknown"
 @dataclass(frozen=True)
 class GpuEvent:
     device: str  # "0000:3b:00" (PCI domain:bus:device, lower case), or UNKNOWN_DEVICE
-    kind: str  # "xid" | "fallen_off_bus" | "init_failed" | "gsp_timeout"
+    kind: str  # "xid" | "fallen_off_bus" | "init_failed" | "gsp_timeout" | "not_brought_up" | "sxid"
     line: str
-    xid: int | None = None
-    severity_word: str | None = None  # "Fatal" / "Nonfatal", as an NVLink Xid line states it
+    xid: int | None = None  # the Xid, or an NVSwitch's SXid
+    severity_word: str | None = (
+        None  # "Fatal"/"Nonfatal" (NVLink Xid), "Fatal"/"Non-fatal"/"Correctable" (SXid)
+    )
     recovery_action: int | None = None  # Xid 154: the action the driver now asks for (0 = none)
     recovery_action_name: str | None = None
 
 
 @dataclass(frozen=True)
 class NvrmLog:
-    events: tuple[GpuEvent, ...]
-    driver_loads: int  # "loading NVIDIA UNIX" lines seen; events before the last one are dropped
-    dropped_before_load: int
+    events: tuple[GpuEvent, ...]  # the GPUs' events of the driver's current load
+    driver_loads: int  # "loading NVIDIA UNIX" lines seen
+    dropped_before_load: int  # events of earlier loads (counted, not judged)
+    switch_events: tuple[GpuEvent, ...] = ()  # NVSwitch SXids of the current load
 
 
 @dataclass(frozen=True)
@@ -451,6 +463,33 @@ class DcgmDiag:
 
 
 @dataclass(frozen=True)
+class NvmeHealth:
+    """An NVMe controller's SMART / Health log, as far as it was read."""
+
+    controller: str  # "/dev/nvme0"
+    mount_points: tuple[str, ...]  # the data mounts on it
+    figures: Mapping[str, int] = field(default_factory=dict)  # critical_warning, media_errors, ...
+    tool: str | None = None  # "nvme" or "smartctl"
+    error: str | None = None  # why it was not read
+
+
+@dataclass(frozen=True)
+class MemoryController:
+    name: str  # "mc0", or "unknown" for machine checks no EDAC line attributes
+    driver: str | None  # EDAC's mc_name ("Skylake Socket#0 IMC#0")
+    corrected: int | None  # since boot; None: not readable
+    uncorrected: int | None
+    source: str  # "sysfs", "kernel log", or both
+
+
+@dataclass(frozen=True)
+class MemoryErrors:
+    edac: bool = False  # an EDAC driver exposes counters
+    kernel_log_read: bool = False
+    controllers: tuple[MemoryController, ...] = ()
+
+
+@dataclass(frozen=True)
 class RebootState:
     required: bool
     packages: tuple[str, ...] = ()
@@ -468,6 +507,7 @@ class Snapshot:
     reboot: RebootState = RebootState(required=False)
     time_sync: TimeSync = field(default_factory=lambda: TimeSync(error="not probed"))
     cpu_frequency: CpuFrequency | None = None  # None: no cpufreq here (a VM, a container, the BIOS)
+    memory_errors: MemoryErrors = field(default_factory=MemoryErrors)
     expected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     manifest_dir: str = MANIFEST_DIR
     # role -> why its fragment cannot be used (unreadable, not JSON, wrong shape); "*": the directory
@@ -478,6 +518,7 @@ class Snapshot:
     # symlinks followed under the audited root; missing: it could not be resolved.
     device_paths: Mapping[str, str] = field(default_factory=dict)
     space: Mapping[str, SpaceInfo] = field(default_factory=dict)
+    nvme: tuple[NvmeHealth, ...] = ()  # the data disks' NVMe controllers (storage area)
     nvml: NvmlState = field(default_factory=lambda: NvmlState(available=False, error="not probed"))
     nvidia_module_version: str | None = None  # from /proc/driver/nvidia/version
     kernel_modules: frozenset[str] = frozenset()

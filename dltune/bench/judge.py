@@ -1,7 +1,9 @@
 """Judgements of benchmark measurements: pure functions from numbers to Results (area ``bench``).
 
 Thresholds follow what a cluster admin acts on: matmul below 80% of what a healthy card of the model
-reaches is a finding (below 55% a failure); memory bandwidth below 70% of the datasheet (50%); a GPU
+reaches is a finding (below 55% a failure); memory bandwidth below 85% of what healthy cards of the
+model measured (75%, DCGM's own line), or where no such figure is published below 70% of the
+datasheet (50%); a GPU
 more than 15% slower than the node's best of the same model is an outlier even for a model with no
 spec; training is input-bound when real data is >10% slower than synthetic.
 """
@@ -17,6 +19,9 @@ from dltune.bench.specs import Spec, is_mig, spec_for
 from dltune.model import Result, Status
 
 SPEC_WARN, SPEC_FAIL = 0.70, 0.50
+# Memory bandwidth against what healthy cards of the model measured (specs.Spec.memory_healthy_gb_s):
+# DCGM's own diag passes a card at 75% of that figure; below 85% is worth a look.
+HEALTHY_MEMORY_WARN, HEALTHY_MEMORY_FAIL = 0.85, 0.75
 # Matmul is judged against what a healthy card of the model reaches (specs.Spec.achievable), not the
 # datasheet: below 80% of that is a finding, below 55% a failure.
 ACHIEVABLE_WARN, ACHIEVABLE_FAIL = 0.80, 0.55
@@ -177,6 +182,10 @@ def judge_matmul(samples: Sequence[Matmul], lookup: Callable[[str], Spec | None]
     return results
 
 
+def _band(fraction: float, warn_below: float, fail_below: float) -> Status:
+    return Status.PASS if fraction >= warn_below else Status.WARN if fraction >= fail_below else Status.FAIL
+
+
 def judge_bandwidth(
     samples: Sequence[Bandwidth], lookup: Callable[[str], Spec | None] = spec_for
 ) -> list[Result]:
@@ -184,13 +193,14 @@ def judge_bandwidth(
     for s in samples:
         spec = lookup(s.name)
         metrics = {"gb_s": s.gb_s}
+        evidence: dict[str, Any] = {"name": s.name, "kind": s.kind}
         summary, status = f"{s.kind} {s.gb_s:.1f} GB/s", Status.PASS
         peak = spec.memory_gb_s if s.kind == "device copy" and spec else None
         figure = f"{s.gb_s:.0f} GB/s, above the card's published {peak:g} GB/s" if peak else ""
         broken = unreliable(figure, s.gb_s, peak, s.spread)
         if broken:
             check_id = "bench.memory" if s.kind == "device copy" else "bench.host_transfer"
-            evidence = {"name": s.name, "kind": s.kind, "spread": s.spread}
+            evidence["spread"] = s.spread
             results.append(
                 _unreliable_result(check_id, f"{s.device}:{s.kind}", f"{s.kind}: {broken}", evidence, metrics)
             )
@@ -206,13 +216,22 @@ def judge_bandwidth(
                 if fraction >= SPEC_FAIL
                 else Status.FAIL
             )
+            if spec.memory_healthy_gb_s:
+                healthy = s.gb_s / spec.memory_healthy_gb_s
+                metrics["fraction_of_healthy"] = healthy
+                evidence["judged_against"] = (
+                    f"{spec.memory_healthy_gb_s:g} GB/s measured on a healthy {spec.model}: "
+                    f"{spec.memory_healthy_source}"
+                )
+                summary += f" ({healthy:.0%} of what a healthy {spec.model} measures)"
+                status = _band(healthy, HEALTHY_MEMORY_WARN, HEALTHY_MEMORY_FAIL)
         results.append(
             Result(
                 "bench.memory" if s.kind == "device copy" else "bench.host_transfer",
                 status,
                 summary,
                 subject=f"{s.device}:{s.kind}",
-                evidence={"name": s.name, "kind": s.kind},
+                evidence=evidence,
                 metrics=metrics,
                 remedy=None if status is Status.PASS else "check the GPU's memory clocks and ECC (audit gpu)",
             )

@@ -3,17 +3,26 @@ device names NVML and torch report (tests/fixtures/real/gpu_names holds the name
 `nvidia-smi -L`, `nvidia-smi -q` and torch logs). TFLOPS per dtype, memory bandwidth in GB/s.
 
 Peaks: NVIDIA's V100, V100S, A100, H100, H200, GH200 and L40S datasheets (dense = the datasheet's
-"with sparsity" figure halved).
+"with sparsity" figure halved); B200, B300, GB200 and GB300 from the DGX B200/B300 and GB200/GB300
+NVL72 datasheets as tabulated in Stas Bekman's ml-engineering (compute/accelerator/README.md).
 
 What a healthy card reaches is lower than its datasheet: ``achievable`` is the fraction of the dense
-bf16 peak that a best-shape matmul search (mamf-finder, github.com/mag-/gpu_benchmark and Stas
-Bekman's ml-engineering "maximum achievable FLOPS") measured on healthy cards: H100 SXM 821 of 989.5
-TFLOPS (83%), A100 SXM 268 of 312 (86%), A100 PCIe 256 (82%), H100 PCIe 500 of 756 (66%), H100 NVL
-489 of 835 (58%), GH200 853 of 989.5 (86%), L40S 252 of 362 (70%). Models without a published
-measurement get DEFAULT_ACHIEVABLE, and say so.
+bf16 peak that a best-shape matmul search measured on healthy cards (ml-engineering's "Maximum
+Achievable Matmul FLOPS comparison table", August 2026: H100 SXM 794.5 of 989 TFLOPS (80.3%, "H200
+is the same"), GH200 828.6 (83.8%), A100 SXM 271.2 of 312 (86.9%), A100 PCIe 252.9 (81.1%), B200
+1745 of 2250 (77.6%), B300 1769 (78.6%), GB200 1822 of 2500 (72.9%); github.com/mag-/gpu_benchmark
+for H100 PCIe 500 of 756 (66%), H100 NVL 489 of 835 (58%), L40S 252 of 362 (70%)). Models without a
+published measurement get DEFAULT_ACHIEVABLE, and say so.
 
-A MIG slice ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") has a fraction of the GPU's engines: it gets no spec,
-and is compared with the node's other slices of the same profile only.
+Memory bandwidth is judged against what healthy cards of the model measured where such a figure is
+published (``memory_healthy_gb_s``: DCGM's nvvs/diag-skus.yaml.in, the measured figure whose 75%
+is DCGM's own pass line); HBM3e cards reach 65-68% of their datasheet there, so a datasheet fraction
+would call a healthy H200 slow. Models without one fall back to the datasheet.
+
+Only names dltune maps with certainty get a spec: the whole name must match one of a model's known
+spellings. A MIG GPU instance ("NVIDIA A100-SXM4-40GB MIG 1g.5gb"), a MIG compute instance ("NVIDIA
+H100 MIG 1c.4g.48gb"), a vGPU profile ("GRID A100-4C", "NVIDIA H100XM-80C") or any unlisted name
+gets none, and is compared with the node's other devices of the same name only.
 """
 
 from __future__ import annotations
@@ -22,8 +31,9 @@ import re
 from dataclasses import dataclass, field
 
 DEFAULT_ACHIEVABLE = 0.75
-MAMF = "best-shape matmul measured on a healthy card (mamf-finder)"
+MAMF = "best-shape matmul measured on a healthy card (ml-engineering's MAMF table, mamf-finder)"
 NO_MEASUREMENT = "no published measurement for this model: a conservative 75% of the peak"
+DCGM_SKUS = "DCGM nvvs/diag-skus.yaml.in (dcgmproftester -t 1005 on a healthy card)"
 
 
 @dataclass(frozen=True)
@@ -33,48 +43,69 @@ class Spec:
     memory_gb_s: float | None = None
     achievable: float = DEFAULT_ACHIEVABLE  # fraction of the dense peak a healthy card reaches
     achievable_source: str = NO_MEASUREMENT
+    memory_healthy_gb_s: float | None = None  # device memory bandwidth measured on healthy cards
+    memory_healthy_source: str = ""
 
     def achievable_tflops(self, dtype: str) -> float | None:
         peak = self.tflops.get(dtype)
         return peak * self.achievable if peak else None
 
 
-def _hopper(model: str, bf16: float, fp32: float, memory: float, achievable: float, source: str) -> Spec:
-    return Spec(
-        model, {"bf16": bf16, "fp16": bf16, "tf32": bf16 / 2, "fp32": fp32}, memory, achievable, source
-    )
+def _tensor(bf16: float, fp32: float | None = None) -> dict[str, float]:
+    """Tensor Core dtypes of Ampere and later: fp16 as bf16, tf32 at half of it; fp32 (CUDA cores)
+    where the datasheet states it."""
+    figures = {"bf16": bf16, "fp16": bf16, "tf32": bf16 / 2}
+    return figures | ({"fp32": fp32} if fp32 else {})
 
 
-def _ampere(model: str, memory: float, achievable: float) -> Spec:
-    return Spec(model, {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}, memory, achievable, MAMF)
+def _card(
+    model: str,
+    tflops: dict[str, float],
+    memory: float,
+    achievable: float = DEFAULT_ACHIEVABLE,
+    source: str = NO_MEASUREMENT,
+    healthy: float | None = None,
+) -> Spec:
+    return Spec(model, tflops, memory, achievable, source, healthy, DCGM_SKUS if healthy else "")
 
 
-H100_SXM = _hopper("H100 SXM", 989.5, 66.9, 3350, 0.83, MAMF)
-# The first pattern that matches the upper-cased device name wins: the more specific come first
-# ("GH200" before "H200", "H100 PCIE" before "H100", "V100S" before "V100").
+H100_SXM = _card("H100 SXM", _tensor(989.5, 66.9), 3350, 0.803, MAMF, 2540)
+_HOPPER_SAME = "as H100 SXM (same GH100 compute and clocks; ml-engineering: 'H200 is the same'): " + MAMF
+_A100_SXM = _tensor(312.0, 19.5)
+# The whole device name (upper case, "NVIDIA "/"Tesla " dropped, blanks single) must match one of a
+# model's spellings: a name dltune does not know, a MIG instance or a vGPU profile matches none.
 SPECS: tuple[tuple[str, Spec], ...] = (
-    (r"GH200 144G", _hopper("GH200 144GB HBM3e", 989.5, 67.0, 4900, 0.86, MAMF)),
-    (r"GH200", _hopper("GH200 96GB HBM3", 989.5, 67.0, 4000, 0.86, MAMF)),
-    (r"H200 NVL", _hopper("H200 NVL", 835.5, 60.0, 4800, DEFAULT_ACHIEVABLE, NO_MEASUREMENT)),
+    (r"GH200 144G HBM3E", _card("GH200 144GB HBM3e", _tensor(989.5, 67.0), 4900, 0.838, MAMF)),
+    (r"GH200(?: 480GB| 96GB HBM3)?", _card("GH200 96GB HBM3", _tensor(989.5, 67.0), 4000, 0.838, MAMF)),
+    (r"H200 NVL", _card("H200 NVL", _tensor(835.5, 60.0), 4800, healthy=2950)),
+    (r"H200(?: 141GB HBM3E)?", _card("H200 SXM", _tensor(989.5, 66.9), 4800, 0.803, _HOPPER_SAME, 3110)),
+    (r"H100(?: 80GB)? PCIE", _card("H100 PCIe", _tensor(756.0, 51.2), 2000, 0.66, MAMF, 1639)),
+    (r"H100 NVL", _card("H100 NVL", _tensor(835.5, 60.0), 3900, 0.58, MAMF, 2725)),
+    (r"H100(?: 80GB HBM3| SXM5 80GB)?", H100_SXM),
+    (r"A100-SXM4?-80GB", _card("A100 80GB SXM", _A100_SXM, 2039, 0.869, MAMF, 1564)),
+    (r"A100 80GB PCIE|A100-PCIE-80GB", _card("A100 80GB PCIe", _A100_SXM, 1935, 0.811, MAMF)),
+    (r"A100-PCIE-40GB|A100 PCIE", _card("A100 40GB PCIe", _A100_SXM, 1555, 0.811, MAMF, 1293)),
+    (r"A100-SXM4?-40GB", _card("A100 40GB SXM", _A100_SXM, 1555, 0.869, MAMF)),
     (
-        r"H200",
-        _hopper("H200 SXM", 989.5, 66.9, 4800, 0.83, "as H100 SXM (same GH100 compute and clocks): " + MAMF),
+        r"L40S",
+        _card("L40S", {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6}, 864, 0.70, MAMF, 700),
     ),
-    (r"H100 PCIE", _hopper("H100 PCIe", 756.0, 51.2, 2000, 0.66, MAMF)),
-    (r"H100 NVL", _hopper("H100 NVL", 835.5, 60.0, 3900, 0.58, MAMF)),
-    (r"H100", H100_SXM),
-    (r"A100-SXM4?-80GB", _ampere("A100 80GB SXM", 2039, 0.86)),
-    (r"A100 80GB PCIE|A100-PCIE-80GB", _ampere("A100 80GB PCIe", 1935, 0.82)),
-    (r"A100-PCIE-40GB|A100 PCIE", _ampere("A100 40GB PCIe", 1555, 0.82)),
-    (r"A100-SXM4?-40GB|A100", _ampere("A100 40GB SXM", 1555, 0.86)),
-    (r"L40S", Spec("L40S", {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6}, 864, 0.70, MAMF)),
+    (r"B200", _card("B200", _tensor(2250.0), 8000, 0.776, MAMF, 5430)),
+    (r"B300(?: SXM6 AC)?", _card("B300", _tensor(2250.0), 8000, 0.786, MAMF, 6020)),
+    (r"GB200", _card("GB200", _tensor(2500.0), 8000, 0.729, MAMF, 3470)),
+    (
+        r"GB300",
+        _card("GB300", _tensor(2500.0), 8000, 0.729, "as GB200 (no published MAMF for GB300): " + MAMF, 6030),
+    ),
     # Volta has no bf16 and no tf32 Tensor Core path: fp16 is its Tensor Core dtype.
-    (r"V100S", Spec("V100S PCIe", {"fp16": 130.0, "fp32": 16.4}, 1134)),
-    (r"V100-PCIE", Spec("V100 PCIe", {"fp16": 112.0, "fp32": 14.0}, 900)),
-    (r"V100-SXM", Spec("V100 SXM2", {"fp16": 125.0, "fp32": 15.7}, 900)),
+    (r"V100S-PCIE-32GB", Spec("V100S PCIe", {"fp16": 130.0, "fp32": 16.4}, 1134)),
+    (r"V100-PCIE-(?:16|32)GB", Spec("V100 PCIe", {"fp16": 112.0, "fp32": 14.0}, 900)),
+    (r"V100-SXM2-(?:16|32)GB(?:-LS)?", Spec("V100 SXM2", {"fp16": 125.0, "fp32": 15.7}, 900)),
 )
 _COMPILED = tuple((re.compile(pattern), spec) for pattern, spec in SPECS)
-MIG_NAME = re.compile(r"\bMIG\s+[0-9]+g\.[0-9]+gb", re.IGNORECASE)
+# MIG GPU instances ("MIG 1g.10gb", "MIG 7g.80gb") and compute instances ("MIG 1c.4g.48gb").
+MIG_NAME = re.compile(r"\bMIG\s+(?:[0-9]+c\.)?[0-9]+g\.[0-9]+gb", re.IGNORECASE)
+_VENDOR_PREFIX = re.compile(r"^(?:NVIDIA|TESLA)\s+")
 
 
 def is_mig(device_name: str) -> bool:
@@ -82,11 +113,10 @@ def is_mig(device_name: str) -> bool:
 
 
 def spec_for(device_name: str) -> Spec | None:
-    """The card's spec, or None for an unknown card or a MIG slice (no whole-GPU figure applies)."""
-    if is_mig(device_name):
-        return None
-    upper = device_name.upper()
+    """The card's spec, or None where no whole-card figure applies with certainty: an unknown card, a
+    MIG instance, a vGPU profile."""
+    name = _VENDOR_PREFIX.sub("", " ".join(device_name.upper().split()))
     for pattern, spec in _COMPILED:
-        if pattern.search(upper):
+        if pattern.fullmatch(name):
             return spec
     return None

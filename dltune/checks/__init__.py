@@ -6,7 +6,7 @@ one Result or a list of them (one per subject). No I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeAlias
 
 from dltune.model import AREAS, Result, Status
@@ -19,6 +19,13 @@ _NEEDS: dict[str, tuple[str, ...]] = {}
 # Inputs a check may declare: the host's tables, by path, and roles' manifest fragments.
 TABLES = {"mountinfo": "/proc/self/mountinfo", "fstab": "/etc/fstab"}
 MANIFEST_PREFIX = "manifest:"
+
+
+def counter_rises(snap: Snapshot, check_id: str, subject: str, now: Mapping[str, int]) -> dict[str, int]:
+    """How much each counter rose since the previous audit (``--previous``; a counter that went down
+    was reset). A check records its counters as ``evidence["counters"]`` for the next audit to read."""
+    before = snap.previous.get(f"{check_id}|{subject}", {})
+    return {name: now[name] - before[name] for name in now if name in before and now[name] > before[name]}
 
 
 def check(check_id: str, needs: Sequence[str] = ()) -> Callable[[CheckFn], CheckFn]:

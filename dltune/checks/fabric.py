@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dltune.checks import check
+from dltune.checks import check, counter_rises
 from dltune.model import Result, Status
 from dltune.snapshot import AerCounts, Gpu, IbPort, PciDevice, Snapshot
 
@@ -58,12 +58,6 @@ def _health(snap: Snapshot) -> Mapping[str, Any]:
     return snap.expected.get("health", {})
 
 
-def _rises(snap: Snapshot, check_id: str, subject: str, now: Mapping[str, int]) -> dict[str, int]:
-    """How much each counter rose since the previous audit (a counter that went down was reset)."""
-    before = snap.previous.get(f"{check_id}|{subject}", {})
-    return {name: now[name] - before[name] for name in now if name in before and now[name] > before[name]}
-
-
 # ------------------------------------------------------------------------------------------ PCIe AER
 
 
@@ -105,7 +99,7 @@ def _judge_aer(snap: Snapshot, device: PciDevice, aer: AerCounts) -> Result:
         if value is not None
     }
     evidence = {"counters": counters, "nonzero": dict(aer.nonzero)}
-    rose = _rises(snap, "fabric.pcie_aer", device.address, counters)
+    rose = counter_rises(snap, "fabric.pcie_aer", device.address, counters)
     if aer.fatal:
         return Result(
             "fabric.pcie_aer",
@@ -313,7 +307,7 @@ def ib_errors(snap: Snapshot) -> list[Result]:
 
 def _judge_ib_counters(snap: Snapshot, port: IbPort) -> Result:
     counters = dict(port.counters)
-    rose = _rises(snap, "fabric.ib_errors", port.name, counters)
+    rose = counter_rises(snap, "fabric.ib_errors", port.name, counters)
     high = {name: value for name, value in counters.items() if value >= IB_COUNTER_WARN.get(name, 1 << 62)}
     rising = {name: value for name, value in rose.items() if value >= IB_COUNTER_RISE_WARN.get(name, 1 << 62)}
     saturated = [name for name, value in counters.items() if value >= IB_COUNTER_MAX.get(name, 1 << 62)]
@@ -555,7 +549,7 @@ def _judge_nvlink(snap: Snapshot, gpu: Gpu) -> Result:
 
 def _nvlink_errors(snap: Snapshot, gpu: Gpu, subject: str, evidence: dict[str, Any]) -> Result:
     counters: dict[str, int] = evidence["counters"]
-    rose = _rises(snap, "fabric.nvlink", subject, counters)
+    rose = counter_rises(snap, "fabric.nvlink", subject, counters)
     high = [
         f"link {key.split(':')[0]} {key.split(':')[1]} {value}"
         for key, value in sorted(counters.items())

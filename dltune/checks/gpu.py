@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltune.checks import check
+from dltune.checks import check, counter_rises
+from dltune.checks.xid_catalog import CATALOG_EDITION, CATALOG_URL, XID_CATALOG
 from dltune.model import Result, Status
 from dltune.snapshot import (
     HW_POWER_BRAKE,
@@ -145,19 +146,49 @@ def present(snap: Snapshot) -> list[Result]:
     return results
 
 
-def _judge_ecc(g: Gpu) -> Verdict:
-    evidence = {
+# Correctable ECC errors are judged by their rate: this many more since the previous audit warns
+# (NVIDIA publishes no threshold; NHC's MCELOG_MAX_CORRECTED_RATE for host DIMMs is 9 a day).
+CORRECTABLE_RISE_WARN = 10
+# Page retirement (pre-Ampere): DCGM's health watch fails at 63 pages retired, or 16 for double-bit
+# errors (modules/health/DcgmHealthWatch.cpp); the driver retires at most 64.
+RETIRED_PAGES_FAIL, RETIRED_DBE_FAIL = 63, 16
+
+
+def _memory_counters(g: Gpu) -> dict[str, int]:
+    """The GPU's memory error counters the next audit compares with (evidence["counters"])."""
+    named = {
+        "corrected_volatile": g.ecc_corrected_volatile,
+        "uncorrected_volatile": g.ecc_uncorrected_volatile,
+        "remapped_corrected": g.remapped_rows_corrected,
+        "remapped_uncorrected": g.remapped_rows_uncorrected,
+        "retired_sbe": g.retired_pages_sbe,
+        "retired_dbe": g.retired_pages_dbe,
+    }
+    return {name: value for name, value in named.items() if value is not None}
+
+
+# long: NVIDIA's memory error management in the order its severity goes, one verdict per GPU
+def _judge_ecc(g: Gpu, snap: Snapshot) -> Verdict:
+    counters = _memory_counters(g)
+    histogram = g.remap_histogram or {}
+    evidence: dict[str, Any] = {
         "uncorrected_volatile": g.ecc_uncorrected_volatile,
         "remap_pending": g.remapped_rows_pending,
         "remap_failure": g.remapped_rows_failure,
+        "counters": counters,
     }
-    if g.ecc_uncorrected_volatile is None and g.remapped_rows_failure is None:
+    if histogram:
+        evidence["remap_histogram"] = dict(histogram)
+    metrics = {name: float(value) for name, value in counters.items()}
+    if g.ecc_uncorrected_volatile is None and g.remapped_rows_failure is None and not counters:
         return Verdict(Status.SKIP, "ECC and row remapping not supported")
+    rose = counter_rises(snap, "gpu.ecc", _subject(g), counters)
     if g.remapped_rows_failure:
         return Verdict(
             Status.FAIL,
             "row remapping failed: the GPU needs replacing",
             evidence=evidence,
+            metrics=metrics,
             critical=True,
             remedy="drain and RMA the GPU",
         )
@@ -166,21 +197,73 @@ def _judge_ecc(g: Gpu) -> Verdict:
             Status.FAIL,
             f"{g.ecc_uncorrected_volatile} uncorrected ECC errors since boot",
             evidence=evidence,
+            metrics=metrics,
             critical=True,
             remedy="drain the node, reset the GPU; replace it if errors come back",
         )
+    retired = (g.retired_pages_sbe or 0) + (g.retired_pages_dbe or 0)
+    if retired >= RETIRED_PAGES_FAIL or (g.retired_pages_dbe or 0) >= RETIRED_DBE_FAIL:
+        return Verdict(
+            Status.FAIL,
+            f"{retired} memory pages retired ({g.retired_pages_dbe or 0} for double-bit errors): "
+            "at the driver's limit",
+            evidence=evidence,
+            metrics=metrics,
+            remedy="plan the GPU's replacement (RMA); DCGM's health watch fails it as well",
+        )
+    if histogram.get("none"):
+        return Verdict(
+            Status.FAIL,
+            f"{histogram['none']} memory bank(s) with no spare row left: the next uncorrectable error there "
+            "cannot be remapped",
+            evidence=evidence,
+            metrics=metrics,
+            remedy="plan the GPU's replacement; run the field diagnostic for the RMA",
+        )
+    findings = []
     if g.remapped_rows_pending:
+        findings.append("a row remap is pending until the GPU is reset")
+    if g.retired_pages_pending:
+        findings.append("a page retirement is pending until the GPU is reset")
+    if histogram.get("low"):
+        findings.append(f"{histogram['low']} bank(s) with few spare rows left")
+    remaps = (g.remapped_rows_corrected or 0) + (g.remapped_rows_uncorrected or 0)
+    if remaps:
+        findings.append(
+            f"{remaps} row(s) remapped ({g.remapped_rows_corrected or 0} for correctable, "
+            f"{g.remapped_rows_uncorrected or 0} for uncorrectable errors)"
+        )
+    if retired:
+        findings.append(f"{retired} page(s) retired")
+    if rose.get("corrected_volatile", 0) >= CORRECTABLE_RISE_WARN:
+        findings.append(f"{rose['corrected_volatile']} correctable ECC errors since the previous audit")
+    if findings:
         return Verdict(
             Status.WARN,
-            "a row remap is pending until the GPU is reset",
+            "; ".join(findings),
             evidence=evidence,
-            remedy="reset the GPU or reboot when idle",
+            metrics=metrics,
+            remedy="reset the GPU or reboot when idle (a pending remap takes effect then); watch the "
+            "counts between audits: a GPU whose memory keeps remapping is wearing out",
         )
     return Verdict(
         Status.PASS,
-        "no uncorrected ECC errors, no remap pending",
+        "no uncorrected ECC errors, no remap pending"
+        + (
+            f"; {g.ecc_corrected_volatile} correctable since the driver loaded"
+            if g.ecc_corrected_volatile
+            else ""
+        ),
         evidence=evidence,
+        metrics=metrics,
     )
+
+
+@check("gpu.ecc")
+def ecc(snap: Snapshot) -> list[Result]:
+    """GPU memory: uncorrected errors, row remapping (failure, pending, the banks' spare rows), page
+    retirement on older GPUs, and the correctable rate since the previous audit."""
+    return _per_gpu("gpu.ecc", snap, lambda g: _judge_ecc(g, snap))
 
 
 def _idle(gpu: Gpu) -> bool | None:
@@ -412,7 +495,6 @@ def _judge_app_clocks(g: Gpu) -> Verdict:
 
 
 PER_GPU: dict[str, Callable[[Gpu], Verdict]] = {
-    "gpu.ecc": _judge_ecc,
     "gpu.pcie": _judge_pcie,
     "gpu.clocks": _judge_clocks,
     "gpu.thermal_power": _judge_thermal_power,
@@ -430,7 +512,6 @@ def _per_gpu_check(check_id: str) -> Callable[[Snapshot], list[Result]]:
     return check(check_id)(run)  # type: ignore[return-value]
 
 
-ecc = _per_gpu_check("gpu.ecc")
 pcie = _per_gpu_check("gpu.pcie")
 clocks = _per_gpu_check("gpu.clocks")
 thermal_power = _per_gpu_check("gpu.thermal_power")
@@ -505,27 +586,39 @@ def _whose(running: str, jobs: SlurmJobs | None) -> Verdict:
     )
 
 
-# NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), column
-# "Resolution Bucket (Immediate Action)", for the Xids seen on training nodes. RESTART_APP and IGNORE
-# leave the GPU usable (warn); RESET_GPU, RESTART_BM (reboot the node) and CONTACT_SUPPORT take it out
-# (fail, critical). Xids 144-150 (NVLink) state Fatal/Nonfatal in the line itself, and Xid 154 states
-# the recovery action the driver wants; both are judged from the line.
-XID_BUCKETS: dict[int, str] = {
-    **dict.fromkeys((8, 13, 16, 31, 32, 38, 43, 68, 69, 94, 109), "RESTART_APP"),
-    **dict.fromkeys((45, 63, 92), "IGNORE"),
-    **dict.fromkeys((48, 62, 64, 74, 95, 119, 120, 121, 140), "RESET_GPU"),
-    79: "RESTART_BM",
-    **dict.fromkeys((61, 143), "CONTACT_SUPPORT"),
-}
-TAKES_GPU_OUT = frozenset({"RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT"})
+# NVIDIA's Xid catalog (checks/xid_catalog.py) gives each code a resolution bucket. RESTART_APP,
+# IGNORE and the advice-only buckets leave the GPU usable (warn); RESET_GPU, RESTART_BM (reboot the
+# node), CONTACT_SUPPORT and CHECK_MECHANICALS take it out (fail, critical). Xids 144-150 (NVLink)
+# state Fatal/Nonfatal in the line itself, and Xid 154 states the recovery action the driver wants;
+# both are judged from the line. The catalog's workflows are resolved as its text says for an Xid seen
+# alone: WORKFLOW_XID_48 (double-bit ECC) "Solo: RESET_GPU"; WORKFLOW_NVLINK_ERR (Xid 74) decodes
+# registers dltune does not read, and most of its outcomes reset the GPU; WORKFLOW_XID_45 "Solo:
+# RESTART_FM", never the GPU's fault.
+TAKES_GPU_OUT = frozenset(
+    {"RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT", "CHECK_MECHANICALS", "NOT_BROUGHT_UP"}
+)
+WORKFLOW_BUCKETS = {"WORKFLOW_XID_48": "RESET_GPU", "WORKFLOW_NVLINK_ERR": "RESET_GPU"}
 # Xid 154's recovery actions (nvmlDeviceGetRecoveryAction): 0 none, 1 GPU reset, 2 node reboot,
 # 3 drain P2P, 4 drain and reset.
 RECOVERY_BUCKETS = {0: "IGNORE", 1: "RESET_GPU", 2: "RESTART_BM", 3: "RESET_GPU", 4: "RESET_GPU"}
-EVENT_BUCKETS = {"fallen_off_bus": "RESTART_BM", "init_failed": "RESTART_BM", "gsp_timeout": "RESET_GPU"}
+EVENT_BUCKETS = {
+    "fallen_off_bus": "RESTART_BM",
+    "init_failed": "RESTART_BM",
+    "gsp_timeout": "RESET_GPU",
+    "not_brought_up": "NOT_BROUGHT_UP",
+}
+WORST_FIRST = ("RESTART_BM", "RESET_GPU", "NOT_BROUGHT_UP", "CONTACT_SUPPORT", "CHECK_MECHANICALS")
 BUCKET_REMEDY = {
     "RESTART_BM": "drain the node and reboot it; replace the GPU if it recurs (`dmesg | grep NVRM`)",
     "RESET_GPU": "drain the node; reset the GPU (nvidia-smi -r -i N) or reboot; replace it if it recurs",
     "CONTACT_SUPPORT": "drain the node and open a case with the vendor (keep `nvidia-bug-report.sh` output)",
+    "CHECK_MECHANICALS": "drain the node and check the GPU's auxiliary power cables and seating",
+    "NOT_BROUGHT_UP": (
+        "drain the node; the driver never brought this GPU up: read the NVRM lines "
+        "(`dmesg | grep -i nvidia`); install the driver flavour the GPU needs (open kernel modules "
+        "for Blackwell, proprietary for pre-Turing), check the BIOS's above-4G decoding / BAR "
+        "settings, reseat or replace the GPU"
+    ),
 }
 UNKNOWN_XID = "UNLISTED"
 
@@ -538,7 +631,10 @@ def _bucket(event: GpuEvent) -> str:
         return RECOVERY_BUCKETS.get(event.recovery_action or 0, "RESET_GPU")
     if 144 <= xid_code <= 150:
         return "RESET_GPU" if event.severity_word == "Fatal" else "RESTART_APP"
-    return XID_BUCKETS.get(xid_code, UNKNOWN_XID)
+    entry = XID_CATALOG.get(xid_code)
+    if entry is None or entry.bucket is None:
+        return UNKNOWN_XID
+    return WORKFLOW_BUCKETS.get(entry.bucket, entry.bucket)
 
 
 def _label(event: GpuEvent) -> str:
@@ -581,7 +677,7 @@ def xid(snap: Snapshot) -> list[Result]:
         serious = sorted({label for label, b in zip(labels, buckets, strict=True) if b in TAKES_GPU_OUT})
         if recovery and recovery[-1].recovery_action == 0:
             serious = [label for label in serious if not label.startswith("Xid 154")]
-        worst = next((b for b in ("RESTART_BM", "RESET_GPU", "CONTACT_SUPPORT") if b in buckets), None)
+        worst = next((b for b in WORST_FIRST if b in buckets), None)
         counts = dict(Counter(labels))
         unlisted = sorted({label for label, b in zip(labels, buckets, strict=True) if b == UNKNOWN_XID})
         subject = device if device.startswith("minor") or device == UNKNOWN_DEVICE else f"PCI:{device}"
@@ -590,6 +686,11 @@ def xid(snap: Snapshot) -> list[Result]:
             "buckets": sorted(set(buckets)),
             "first_lines": [e.line for e in events[:5]],
             "since_driver_load": bool(nvrm.driver_loads),
+            "catalog": {
+                f"Xid {e.xid}": f"{XID_CATALOG[e.xid].mnemonic}: {XID_CATALOG[e.xid].description}"
+                for e in events
+                if e.xid in XID_CATALOG
+            },
         }
         if recovery:
             evidence["recovery_action"] = recovery[-1].recovery_action_name
@@ -598,7 +699,12 @@ def xid(snap: Snapshot) -> list[Result]:
                 Result(
                     "gpu.xid",
                     Status.FAIL,
-                    f"{', '.join(serious)} {since}: NVIDIA's catalog says {worst}",
+                    f"{', '.join(serious)} {since}: "
+                    + (
+                        "the driver never brought this GPU up"
+                        if worst == "NOT_BROUGHT_UP"
+                        else f"NVIDIA's catalog says {worst}"
+                    ),
                     subject=subject,
                     evidence=evidence,
                     metrics={"xid_events": float(len(events))},
@@ -613,7 +719,7 @@ def xid(snap: Snapshot) -> list[Result]:
                 Status.WARN,
                 f"{', '.join(counts)} {since}"
                 + (
-                    f" ({', '.join(unlisted)} not in dltune's copy of NVIDIA's catalog)"
+                    f" ({', '.join(unlisted)}: no action in {CATALOG_EDITION}; look it up at {CATALOG_URL})"
                     if unlisted
                     else " (the application's error, per NVIDIA's catalog: restart it)"
                 ),
@@ -621,6 +727,87 @@ def xid(snap: Snapshot) -> list[Result]:
                 evidence=evidence,
                 metrics={"xid_events": float(len(events))},
                 remedy="look at the job that ran when it was logged (`dmesg | grep NVRM`)",
+            )
+        )
+    return results
+
+
+# NVSwitch SXids (NVIDIA Fabric Manager User Guide DU-09883-001, "NVSwitch SXid errors"; the line
+# states Fatal / Non-fatal / Correctable itself, its "Severity" and "Data" companion lines do not).
+# Fatal ones take the fabric down for the GPUs behind the switch; NVIDIA lists these as fatal whatever
+# the line's own word, and 19084 as needing every GPU and NVSwitch reset.
+SXID_FATAL = frozenset(
+    {11001, 11009, 11013, 11018, 11019, 11020, 12001, 12002, 12020, 12022, 12024, 12025, 12026, 12027}
+    | {12030, 12031, 12032, 14017, 15001, 15006, 15009, 15010, 15012, 15013, 19047, 19048, 19054}
+    | {19056, 19058, 19060, 19061, 19063, 19064, 19066, 19067, 19069, 19070, 19084, 20034, 22003}
+    | {22011, 22012, 24004, 24005, 24006, 24007}
+    | set(range(23001, 23015))
+)
+# Non-fatal ones NVIDIA says stall NVLink traffic: the jobs on the GPUs abort (with Xid 45).
+SXID_ABORTS_JOBS = frozenset({11004, 12028})
+SXID_REMEDY = (
+    "drain the node; reset the GPUs and NVSwitches (nvidia-smi -r, with Fabric Manager stopped) or "
+    "reboot the host, as NVIDIA's Fabric Manager guide says for fatal SXids; replace the baseboard if it "
+    "recurs (`dmesg | grep SXid`)"
+)
+
+
+@check("gpu.sxid")
+def sxid(snap: Snapshot) -> list[Result]:
+    """NVSwitch errors of the driver's current load, per switch, with NVIDIA's severity."""
+    log = snap.kernel_log
+    if log.text is None:
+        return [Result("gpu.sxid", Status.SKIP, f"kernel log not read: {log.error}")]
+    by_switch: dict[str, list[GpuEvent]] = {}
+    for event in log.nvrm.switch_events:
+        by_switch.setdefault(event.device, []).append(event)
+    if not by_switch:
+        if not any(d.kind == "nvswitch" for d in snap.fabric.pci) and "nvidia-nvswitch" not in log.text:
+            return [
+                Result("gpu.sxid", Status.SKIP, "no NVSwitch on the PCI bus and no SXid in the kernel log")
+            ]
+        return [Result("gpu.sxid", Status.PASS, "no NVSwitch error in the driver's current load")]
+    results = []
+    for switch, events in sorted(by_switch.items()):
+        words: dict[int, str] = {}
+        for event in events:
+            if event.xid is not None and event.severity_word:
+                words.setdefault(event.xid, event.severity_word)
+        codes = sorted({e.xid for e in events if e.xid is not None})
+        fatal = [c for c in codes if words.get(c) == "Fatal" or c in SXID_FATAL]
+        labels = [f"SXid {c} {words.get(c, 'severity not stated')}" for c in codes]
+        evidence = {"sxids": labels, "first_lines": [e.line for e in events[:5]]}
+        metrics = {"sxid_events": float(len(events))}
+        if fatal:
+            results.append(
+                Result(
+                    "gpu.sxid",
+                    Status.FAIL,
+                    f"NVSwitch fatal error(s) {', '.join(f'SXid {c}' for c in fatal)}: the NVLink "
+                    "fabric behind this switch is down",
+                    subject=f"PCI:{switch}",
+                    evidence=evidence,
+                    metrics=metrics,
+                    critical=True,
+                    remedy=SXID_REMEDY,
+                )
+            )
+            continue
+        aborts = [c for c in codes if c in SXID_ABORTS_JOBS]
+        results.append(
+            Result(
+                "gpu.sxid",
+                Status.WARN,
+                f"NVSwitch non-fatal error(s): {', '.join(labels)}"
+                + (
+                    f" (SXid {', '.join(map(str, aborts))}: NVLink traffic stalls, jobs abort)"
+                    if aborts
+                    else ""
+                ),
+                subject=f"PCI:{switch}",
+                evidence=evidence,
+                metrics=metrics,
+                remedy="watch for repeats; check the NVLink trays if they recur (`dmesg | grep SXid`)",
             )
         )
     return results

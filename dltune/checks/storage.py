@@ -430,3 +430,85 @@ def _fstab_lines(snap: Snapshot) -> Result:
         },
         remedy="fix or comment out the lines in /etc/fstab (findmnt --verify shows them too)",
     )
+
+
+# NVMe SMART / Health log, byte 0 (NVMe Base Specification, "Critical Warning"; libnvme's
+# enum nvme_smart_crit): what each bit says about the drive.
+CRITICAL_WARNING_BITS = {
+    0x01: "available spare below its threshold",
+    0x02: "temperature outside its thresholds",
+    0x04: "NVM subsystem reliability degraded",
+    0x08: "media placed in read-only mode",
+    0x10: "volatile memory backup (power-loss protection) failed",
+    0x20: "persistent memory region read-only or unreliable",
+}
+# The bits that mean the disk can no longer be trusted with a job's data: the node is drained.
+CRITICAL_WARNING_FATAL = 0x04 | 0x08
+ENDURANCE_WARN = 90  # percentage used: the vendor's estimate of the rated endurance consumed
+
+
+def judge_nvme(figures: Mapping[str, int]) -> tuple[Status, list[str], bool]:
+    """(status, reasons, critical) of one controller's health figures: any critical warning bit,
+    media errors or spare under its threshold fail; endurance near its end warns."""
+    reasons: list[str] = []
+    status, critical = Status.PASS, False
+    warning = figures.get("critical_warning", 0)
+    if warning or figures.get("critical_warning_failed"):
+        said = [text for bit, text in CRITICAL_WARNING_BITS.items() if warning & bit]
+        reasons.append(
+            f"critical_warning 0x{warning:02x}: " + (", ".join(said) or "the drive reports it failing")
+        )
+        status = Status.FAIL if warning & ~0x02 or figures.get("critical_warning_failed") else Status.WARN
+        critical = bool(warning & CRITICAL_WARNING_FATAL)
+    if figures.get("media_errors", 0) > 0:
+        reasons.append(f"media_errors {figures['media_errors']}: data the drive could not read back")
+        status = Status.FAIL
+    spare, threshold = figures.get("available_spare"), figures.get("available_spare_threshold")
+    if spare is not None and threshold is not None and spare < threshold:
+        reasons.append(f"available_spare {spare}% below its threshold {threshold}%")
+        status = Status.FAIL
+    used = figures.get("percentage_used")
+    if used is not None and used >= ENDURANCE_WARN:
+        reasons.append(f"percentage_used {used}%: the rated endurance is (nearly) used up")
+        status = status if status is Status.FAIL else Status.WARN
+    return status, reasons, critical
+
+
+@check("storage.nvme_health")
+def nvme_health(snap: Snapshot) -> list[Result]:
+    """The SMART / Health log of each NVMe controller behind a data disk."""
+    if not snap.nvme:
+        return [Result("storage.nvme_health", Status.SKIP, "no data disk on an NVMe controller")]
+    results = []
+    for health in snap.nvme:
+        evidence: dict[str, Any] = {"data_mounts": list(health.mount_points), **dict(health.figures)}
+        if health.error:
+            results.append(
+                Result(
+                    "storage.nvme_health",
+                    Status.SKIP,
+                    f"health log not read: {health.error}",
+                    subject=health.controller,
+                    evidence=evidence,
+                )
+            )
+            continue
+        status, reasons, critical = judge_nvme(health.figures)
+        evidence["tool"] = health.tool
+        on = ", ".join(health.mount_points)
+        results.append(
+            Result(
+                "storage.nvme_health",
+                status,
+                (f"{'; '.join(reasons)} ({on})" if reasons else f"healthy by its SMART log ({on})"),
+                subject=health.controller,
+                evidence=evidence,
+                metrics={k: float(v) for k, v in health.figures.items()},
+                critical=critical,
+                remedy=None
+                if status is Status.PASS
+                else "copy what matters off the disk and replace it (`nvme smart-log`, `smartctl -a`); "
+                "its data mounts are at risk",
+            )
+        )
+    return results

@@ -1,9 +1,9 @@
 """Area ``system``: node-wide state: a pending reboot, the audit's own deadline, the CPUs' frequency
-governor, the clock's synchronisation."""
+governor, the clock's synchronisation, host memory errors."""
 
 from __future__ import annotations
 
-from dltune.checks import check
+from dltune.checks import check, counter_rises
 from dltune.model import Result, Status
 from dltune.snapshot import Snapshot
 
@@ -109,3 +109,79 @@ def time_sync(snap: Snapshot) -> Result:
     return Result(
         "system.time_sync", Status.PASS, "the system clock is synchronised", evidence={"source": sync.source}
     )
+
+
+MEMORY_FAIL_REMEDY = (
+    "drain the node and replace the DIMM the controller's errors point to (`edac-util -v`, "
+    "`ras-mc-ctl --errors`, the BMC's SEL); uncorrected memory errors can corrupt a job's data"
+)
+MEMORY_WARN_REMEDY = (
+    "watch the rate (`--previous`: a rise between audits); a DIMM logging corrected errors steadily "
+    "is failing: schedule its replacement (`edac-util -v` names it)"
+)
+
+
+# long: one verdict per memory controller, from counters, log lines and the previous audit
+@check("system.memory_errors")
+def memory_errors(snap: Snapshot) -> list[Result]:
+    """Corrected and uncorrected host memory errors per memory controller (EDAC counters since boot,
+    the kernel log's EDAC and machine-check lines); corrected ones judged by their rise since the
+    previous audit where there is one."""
+    found = snap.memory_errors
+    if not found.controllers:
+        if found.edac:
+            return [Result("system.memory_errors", Status.PASS, "EDAC reports no memory controller errors")]
+        if not found.kernel_log_read:
+            return [
+                Result(
+                    "system.memory_errors",
+                    Status.SKIP,
+                    "no EDAC driver loaded and the kernel log not readable: memory errors not visible",
+                )
+            ]
+        return [
+            Result(
+                "system.memory_errors",
+                Status.SKIP,
+                "no EDAC driver loaded (no /sys/devices/system/edac/mc/mcN); none in the kernel log",
+            )
+        ]
+    results = []
+    for mc in found.controllers:
+        counters = {"corrected": mc.corrected or 0, "uncorrected": mc.uncorrected or 0}
+        rose = counter_rises(snap, "system.memory_errors", mc.name, counters)
+        evidence: dict[str, object] = {"counters": counters, "source": mc.source}
+        if mc.driver:
+            evidence["controller"] = mc.driver
+        metrics = {k: float(v) for k, v in counters.items()}
+        key = f"system.memory_errors|{mc.name}"
+        where = (
+            "machine checks no controller claims" if mc.name == "unknown" else f"memory controller {mc.name}"
+        )
+        if counters["uncorrected"]:
+            status, remedy = Status.FAIL, MEMORY_FAIL_REMEDY
+            summary = f"{counters['uncorrected']} uncorrected memory error(s) on {where} since boot"
+        elif counters["corrected"] and (key not in snap.previous or rose):
+            status, remedy = Status.WARN, MEMORY_WARN_REMEDY
+            since = f", {rose['corrected']} since the previous audit" if rose else " since boot"
+            summary = f"{counters['corrected']} corrected memory error(s) on {where}{since}"
+        else:
+            status, remedy = Status.PASS, None
+            summary = f"{where}: no memory error" + (
+                f" since the previous audit ({counters['corrected']} corrected since boot)"
+                if counters["corrected"]
+                else ""
+            )
+        results.append(
+            Result(
+                "system.memory_errors",
+                status,
+                summary,
+                subject=mc.name,
+                evidence=evidence,
+                metrics=metrics,
+                critical=status is Status.FAIL,
+                remedy=remedy,
+            )
+        )
+    return results

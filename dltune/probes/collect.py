@@ -25,9 +25,11 @@ from dltune.probes.jobenv import (
     slurm_jobs_on,
 )
 from dltune.probes.manifest import read_manifest
+from dltune.probes.memory_errors import read_memory_errors
 from dltune.probes.mounts import parse_fstab, parse_mountinfo
 from dltune.probes.mountstats import parse_mountstats
 from dltune.probes.network import probe_responsive_many, route_to
+from dltune.probes.nvme import data_devices, read_nvme_health
 from dltune.probes.nvml import NVML_TIMEOUT_S, nvml_in_background
 from dltune.probes.packages import read_driver_packages, read_kernel_log
 from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
@@ -39,6 +41,7 @@ from dltune.snapshot import (
     Fabric,
     Fstab,
     KernelLog,
+    MemoryErrors,
     Mount,
     NvmlState,
     RebootState,
@@ -107,6 +110,14 @@ def collect_snapshot(
         nvml_future = nvml_in_background(nvml_timeout, deadline)
     files = read_files(fs, _env_files(expected)) if env_wanted else {}
     nvidia_version = read_optional(fs, "/proc/driver/nvidia/version")
+    device_paths = (
+        {name: fs.resolve(name) for name in _device_names(mounts, uuid_devices)} if needed("storage") else {}
+    )
+    kernel_log = (
+        read_kernel_log(fs, runner, euid)
+        if needed("gpu", "system")
+        else KernelLog(None, "not probed: gpu and system areas not asked for")
+    )
     return Snapshot(
         root=str(fs.root),
         mounts=mounts,
@@ -121,14 +132,18 @@ def collect_snapshot(
         expected=expected,
         manifest_problems=manifest_problems,
         uuid_devices=uuid_devices,
-        device_paths=(
-            {name: fs.resolve(name) for name in _device_names(mounts, uuid_devices)}
-            if needed("storage")
-            else {}
-        ),
+        device_paths=device_paths,
         space=space_of(fs, data_mount_points(mounts, expected), deadline, mounts)
         if needed("storage")
         else {},
+        nvme=read_nvme_health(
+            runner,
+            data_devices(mounts, data_mount_points(mounts, expected), device_paths),
+            deadline,
+            euid,
+        )
+        if needed("storage")
+        else (),
         nvidia_module_version=nvidia_module_version(nvidia_version),
         kernel_modules=frozenset(
             line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line
@@ -150,11 +165,8 @@ def collect_snapshot(
             if needed("nfs") and any(m.fstype in NFS_FSTYPES for m in mounts)
             else {}
         ),
-        kernel_log=(
-            read_kernel_log(fs, runner, euid)
-            if needed("gpu")
-            else KernelLog(None, "not probed: gpu area not asked for")
-        ),
+        kernel_log=kernel_log,
+        memory_errors=read_memory_errors(fs, kernel_log.text) if needed("system") else MemoryErrors(),
         nvml=(nvml := _nvml_state(nvml_future, fs)),
         slurm_jobs=slurm_jobs_on(runner, socket.gethostname().split(".")[0], max(deadline.limit(5.0), 0.1))
         if needed("gpu") and any(g.compute_pids for g in nvml.gpus)

@@ -9,8 +9,16 @@ from dltune.text import decimal
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 _BLANKS = re.compile(r"[ \t]+")
+
 # libmount's tags (blkid_parse_tag_string): NAME=value, NAME="value" or NAME='value'.
 _QUOTED_TAG = re.compile(r"^(?P<name>UUID|LABEL|PARTUUID|PARTLABEL|ID)=(?P<q>[\"'])(?P<value>.*)(?P=q)$")
+
+
+def fstab_number(text: str) -> int | None:
+    """Dump or pass as libmount reads them (strtol, base 10): an optional sign, then ASCII digits."""
+    sign, digits = (text[0], text[1:]) if text[:1] in ("+", "-") else ("", text)
+    number = decimal(digits)
+    return None if number is None else (-number if sign == "-" else number)
 
 
 def unescape(field: str) -> str:
@@ -73,13 +81,13 @@ def parse_fstab(text: str) -> Fstab:
         stripped = line.strip(" \t\r")
         if not stripped or stripped.startswith("#"):
             continue
-        fields = _BLANKS.split(stripped)
+        # libmount reads six fields and ignores the rest of the line (tab_parse.c, mnt_parse_table_line:
+        # nothing is parsed after the pass number), so "0 2 # data disk" is a valid line.
+        fields = _BLANKS.split(stripped)[:6]
         reason = None
         if len(fields) < 3:
             reason = f"{len(fields)} field(s), at least 3 needed (spec, mount point, type)"
-        elif len(fields) > 6:
-            reason = f"{len(fields)} fields, at most 6 allowed"
-        elif any(decimal(f) is None for f in fields[4:6]):  # ASCII digits only ("²" is no number)
+        elif any(fstab_number(f) is None for f in fields[4:6]):
             reason = "dump and pass must be numbers"
         if reason is not None:
             unparsed.append(UnparsedLine(line_no, line, reason))
@@ -91,8 +99,8 @@ def parse_fstab(text: str) -> Fstab:
                 mount_point=unescape(fields[1]),
                 fstype=fields[2],
                 options=parse_options(fields[3]) if len(fields) > 3 else ("defaults",),
-                freq=(decimal(fields[4]) or 0) if len(fields) > 4 else 0,
-                passno=(decimal(fields[5]) or 0) if len(fields) > 5 else 0,
+                freq=(fstab_number(fields[4]) or 0) if len(fields) > 4 else 0,
+                passno=(fstab_number(fields[5]) or 0) if len(fields) > 5 else 0,
             )
         )
     return Fstab(tuple(entries), tuple(unparsed))

@@ -164,6 +164,27 @@ def _bus_id(info: Any) -> str | None:
 
 
 # long: one NVML call per Gpu field, in one constructor call
+# nvmlPageRetirementCause_t: pages retired for multiple single-bit errors, for a double-bit error.
+RETIRED_FOR_SBE, RETIRED_FOR_DBE = 0, 1
+HISTOGRAM_BUCKETS = ("max", "high", "partial", "low", "none")
+
+
+def _histogram(values: Any) -> dict[str, int] | None:
+    """nvmlRowRemapperHistogramValues_t: how many banks have all, many, some, few or no spare rows."""
+    if values is None:
+        return None
+    return {name: int(getattr(values, name, 0)) for name in HISTOGRAM_BUCKETS}
+
+
+def _count(pages: Any) -> int | None:
+    return None if pages is None else len(pages)
+
+
+def _pending(status: Any, pynvml: Any) -> bool | None:
+    return None if status is None else status == pynvml.NVML_FEATURE_ENABLED
+
+
+# long: one NVML read per Gpu field, in one dict the snapshot's dataclass mirrors
 def _gpu(pynvml: Any, index: int) -> tuple[dict[str, Any], Any, dict[int, int] | None]:
     """The GPU's fields, its handle (None when it has none), and its clock-event counters now."""
     try:
@@ -224,8 +245,19 @@ def _gpu(pynvml: Any, index: int) -> tuple[dict[str, Any], Any, dict[int, int] |
             pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
             pynvml.NVML_VOLATILE_ECC,
         ),
+        ecc_corrected_volatile=field(
+            pynvml.nvmlDeviceGetTotalEccErrors,
+            pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+            pynvml.NVML_VOLATILE_ECC,
+        ),
         remapped_rows_pending=None if remapped is None else bool(remapped[2]),
         remapped_rows_failure=None if remapped is None else bool(remapped[3]),
+        remapped_rows_corrected=None if remapped is None else int(remapped[0]),
+        remapped_rows_uncorrected=None if remapped is None else int(remapped[1]),
+        remap_histogram=_histogram(field(pynvml.nvmlDeviceGetRowRemapperHistogram)),
+        retired_pages_sbe=_count(field(pynvml.nvmlDeviceGetRetiredPages, RETIRED_FOR_SBE)),
+        retired_pages_dbe=_count(field(pynvml.nvmlDeviceGetRetiredPages, RETIRED_FOR_DBE)),
+        retired_pages_pending=_pending(field(pynvml.nvmlDeviceGetRetiredPagesPendingStatus), pynvml),
         utilization_percent=None if utilization is None else int(utilization.gpu),
         power_default_limit_w=None if default_limit is None else default_limit / 1000.0,
         compute_pids=None if processes is None else sorted(int(p.pid) for p in processes),

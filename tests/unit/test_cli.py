@@ -56,6 +56,7 @@ def test_only_system_skips_storage_findings() -> None:
     assert sorted(r["id"] for r in json.loads(out.stdout)["results"]) == [
         "system.audit_timeout",
         "system.cpu_governor",
+        "system.memory_errors",
         "system.reboot_required",
         "system.time_sync",
     ]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from dltune.checks.driver import branch, driver_loaded, module_version, nouveau, packages_held
 from dltune.checks.gpu import xid
+from dltune.checks.xid_catalog import XID_CATALOG
 from dltune.model import Status
 from dltune.probes import collect_snapshot
 from dltune.probes.packages import kernel_log_of
@@ -186,6 +189,50 @@ def test_nvlink_and_recovery_action_lines_are_judged_by_what_they_state() -> Non
     assert _xid_results(reset + cleared)["PCI:0008:01:00"].status is Status.WARN
 
 
-def test_an_xid_missing_from_the_catalog_copy_is_a_warning_that_says_so() -> None:
-    result = _xid_results("NVRM: Xid (PCI:0000:65:00): 999, something new\n")["PCI:0000:65:00"]
-    assert result.status is Status.WARN and "not in dltune's copy" in result.summary
+def test_an_xid_missing_from_the_catalog_or_without_its_action_is_a_warning_that_says_so() -> None:
+    """Never silently harmless: a code newer than the catalog (999) and one the catalog lists without
+    an immediate action (167, PCIE_FATAL_TIMEOUT) are warnings naming the catalog's edition."""
+    for code in (999, 167):
+        result = _xid_results(f"NVRM: Xid (PCI:0000:65:00): {code}, something new\n")["PCI:0000:65:00"]
+        assert result.status is Status.WARN and "no action in NVIDIA Xid catalog" in result.summary, result
+
+
+@pytest.mark.parametrize(
+    ("code", "bucket"),
+    [
+        (46, "RESET_GPU"),
+        (110, "RESET_GPU"),
+        (136, "RESET_GPU"),
+        (155, "RESET_GPU"),
+        (156, "RESET_GPU"),
+        (158, "RESET_GPU"),
+        (143, "RESET_GPU"),
+        (109, "RESET_GPU"),
+        (48, "RESET_GPU"),
+        (74, "RESET_GPU"),
+        (79, "RESTART_BM"),
+        (61, "CONTACT_SUPPORT"),
+        (54, "CHECK_MECHANICALS"),
+    ],
+)
+def test_xids_the_catalog_says_take_the_gpu_out_fail_critically(code: int, bucket: str) -> None:
+    """NVIDIA's catalog (October 2025): these buckets, or the workflows resolved for an Xid seen alone
+    (48 "Solo: RESET_GPU"), take the GPU out of service: the node is drained."""
+    result = _xid_results(f"NVRM: Xid (PCI:0000:65:00): {code}, pid=1, name=python\n")["PCI:0000:65:00"]
+    assert (result.status, result.critical) == (Status.FAIL, True), result
+    assert bucket in result.evidence["buckets"] and bucket in result.summary
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 63, 92, 121, 160, 157, 151, 159])
+def test_xids_the_catalog_leaves_the_gpu_usable_are_warnings(code: int) -> None:
+    """RESTART_APP, IGNORE and the advice-only buckets (RESTART_VM, CHECK_UVM, WORKFLOW_XID_45): the
+    GPU stays in service, the line is still reported."""
+    result = _xid_results(f"NVRM: Xid (PCI:0000:65:00): {code}, pid=1, name=python\n")["PCI:0000:65:00"]
+    assert (result.status, result.critical) == (Status.WARN, False), result
+
+
+def test_every_catalog_code_has_a_bucket_dltune_judges() -> None:
+    """No bucket in the table falls through to a KeyError or a silent pass."""
+    for code in XID_CATALOG:
+        result = _xid_results(f"NVRM: Xid (PCI:0000:65:00): {code}, x\n")["PCI:0000:65:00"]
+        assert result.status in (Status.WARN, Status.FAIL), (code, result)

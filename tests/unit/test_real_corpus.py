@@ -13,7 +13,7 @@ import pytest
 from dltune.bench.specs import spec_for
 from dltune.checks.dcgm import dcgm as dcgm_check
 from dltune.checks.fabric import ib_ports, pcie_aer
-from dltune.checks.gpu import xid
+from dltune.checks.gpu import sxid, xid
 from dltune.checks.system import cpu_governor, time_sync
 from dltune.probes import collect_snapshot, nvidia_module_version
 from dltune.probes.clock import parse_timedatectl, read_time_sync
@@ -68,16 +68,38 @@ def test_ubuntu_drivers_offers(sample: Sample) -> None:
     assert modules in packages
 
 
+def _verdicts_expected(expect: str) -> dict[str | None, str]:
+    """ "pass", or "fail 0000:05:00; warn 0000:06:00" (per PCI device) as subject -> status."""
+    if expect == "pass":
+        return {None: "pass"}
+    expected: dict[str | None, str] = {}
+    for part in expect.split("; "):
+        status, subject = part.split(" ", 1)
+        expected[subject if subject.startswith("minor") or subject == "unknown" else f"PCI:{subject}"] = (
+            status
+        )
+    return expected
+
+
+@pytest.mark.parametrize("sample", samples("sxid"), ids=str)
+def test_nvswitch_sxids(sample: Sample) -> None:
+    """gpu.sxid on published kernel logs of NVSwitch systems: per switch, fatal (by the line's word or
+    NVIDIA's list) fails, non-fatal warns, a log of switches without SXid passes."""
+    results = sxid(Snapshot(root="/", kernel_log=kernel_log_of(sample.body)))
+    verdicts = {r.subject: r.status.value for r in results}
+    assert verdicts == _verdicts_expected(sample.expect), [
+        (r.subject, r.status.value, r.summary) for r in results
+    ]
+
+
 @pytest.mark.parametrize("sample", samples("kernel_log"), ids=str)
 def test_kernel_logs(sample: Sample) -> None:
     """gpu.xid on the published kernel log (read as root: dmesg_restrict does not apply)."""
     results = xid(Snapshot(root="/", kernel_log=kernel_log_of(sample.body)))
     verdicts = {r.subject: r.status.value for r in results}
-    expected = {}
-    for part in sample.expect.split("; "):
-        status, subject = part.split(" ", 1)
-        expected[subject if subject.startswith("minor") else f"PCI:{subject}"] = status
-    assert verdicts == expected, [(r.subject, r.status.value, r.summary) for r in results]
+    assert verdicts == _verdicts_expected(sample.expect), [
+        (r.subject, r.status.value, r.summary) for r in results
+    ]
     for result in results:
         assert result.critical == (result.status.value == "fail"), result
 

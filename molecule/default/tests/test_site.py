@@ -36,6 +36,7 @@ CONTAINER_LIMITS: dict[str, tuple[set[str], str]] = {
     "gpu.processes": ({"skip"}, r"NVML|driver"),
     "gpu.power_limit": ({"skip"}, r"NVML|driver"),
     "gpu.xid": ({"skip"}, r"kernel|log"),
+    "gpu.sxid": ({"skip"}, r"kernel|NVSwitch"),
     "gpu.firmware": ({"skip"}, r"NVML|driver"),
     "gpu.app_clocks": ({"skip"}, r"NVML|driver"),
     # The fabric: no GPU, NVSwitch or RDMA adapter on a container's (its host's) PCI bus, nothing

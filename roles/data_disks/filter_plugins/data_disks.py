@@ -17,7 +17,8 @@ from typing import Any
 ATIME_OPTIONS = frozenset({"atime", "noatime", "relatime", "norelatime", "strictatime", "nostrictatime"})
 _FIELD = re.compile(r"[^ \t]+")
 _OCTAL = re.compile(r"\\([0-7]{3})")
-_ASCII_NUMBER = re.compile(r"[0-9]+")
+# dump and pass as libmount reads them (strtol, base 10): an optional sign, then ASCII digits.
+_FSTAB_NUMBER = re.compile(r"[+-]?[0-9]+")
 # libmount's tags: NAME=value, NAME="value" or NAME='value' name the same device.
 _QUOTED_TAG = re.compile(r"^(?P<name>UUID|LABEL|PARTUUID|PARTLABEL|ID)=(?P<q>[\"'])(?P<value>.*)(?P=q)$")
 
@@ -32,12 +33,13 @@ def _escape(text: str) -> str:
 
 def _entry_fields(line: str) -> list[re.Match[str]] | None:
     """The fields of an fstab line mount(8) uses; None for comments, blank and unusable lines (the same
-    rules as dltune's audit parser: 3 to 6 fields, dump and pass ASCII numbers)."""
+    rules as dltune's audit parser: at least 3 fields, numeric dump and pass, and like libmount's
+    parser nothing read after the pass number)."""
     stripped = line.strip(" \t\r")
     if not stripped or stripped.startswith("#"):
         return None
-    fields = list(_FIELD.finditer(line.rstrip("\r")))
-    if not 3 <= len(fields) <= 6 or any(not _ASCII_NUMBER.fullmatch(f.group()) for f in fields[4:6]):
+    fields = list(_FIELD.finditer(line.rstrip("\r")))[:6]
+    if len(fields) < 3 or any(not _FSTAB_NUMBER.fullmatch(f.group()) for f in fields[4:6]):
         return None
     return fields
 

@@ -1,0 +1,170 @@
+"""Host memory errors: the EDAC counters of each memory controller (``/sys/devices/system/edac/mc/mcN``)
+and the kernel log's EDAC and machine-check lines.
+
+sysfs (Documentation/ABI/testing/sysfs-devices-edac): ``mcN/ce_count`` and ``ue_count`` count every
+corrected and uncorrected error of the controller since boot (or since ``reset_counters``);
+``dimmN/``/``rankN/`` hold ``dimm_ce_count``/``dimm_ue_count`` and legacy ``csrowN/`` holds
+``ce_count``/``ue_count``. edac-util reads only some of them (edac-utils#15: a DIMM's error missing
+from its report), so the controller's figure here is the largest of its total and the sums of its
+parts. ``mc/`` also holds ``power/`` and ``uevent``: only ``mc[0-9]+`` directories are controllers.
+
+Kernel log: ``EDAC MC0: 4 CE error on ...`` / ``EDAC skx MC3: 1 UE memory read error`` (counted per
+controller), the old ``EDAC MC1: CE page 0x...`` form (one each), and machine checks the kernel printed
+(``mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 1: b000000000000000``: bit 61 of the MCA status,
+UC, says uncorrected), ``Fatal machine check`` and ``Uncorrected hardware memory error``. A machine
+check that no EDAC line attributes to a controller is kept apart (controller "unknown").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dltune.probes.hostfs import HostFS
+from dltune.snapshot import MemoryController, MemoryErrors
+from dltune.text import decimal
+
+EDAC_MC = "/sys/devices/system/edac/mc"
+_CONTROLLER = re.compile(r"mc[0-9]+")
+_PART = re.compile(r"(?:dimm|rank|csrow)[0-9]+")
+_CHANNEL = re.compile(r"ch[0-9]+_ce_count")
+_EDAC_COUNT = re.compile(r"EDAC (?:\S+ )?MC(?P<mc>[0-9]+): (?P<n>[0-9]+) (?P<kind>CE|UE)\b")
+_EDAC_OLD = re.compile(r"EDAC (?:\S+ )?MC(?P<mc>[0-9]+): (?P<kind>CE|UE) (?:page|ERROR_ADDRESS)")
+_EDAC_MCE = re.compile(
+    r"EDAC (?:\S+ )?MC(?P<mc>[0-9]+): (?:CPU [0-9]+: )?Machine Check Event: "
+    r".*Bank [0-9]+: (?P<status>[0-9a-fA-F]{16})"
+)
+_MCE = re.compile(r"Machine Check: [0-9]+ Bank [0-9]+: (?P<status>[0-9a-fA-F]{16})")
+_FATAL = re.compile(r"Fatal machine check|Uncorrected hardware memory error|Fatal local machine check")
+MCA_STATUS_UC = 1 << 61
+UNATTRIBUTED = "unknown"
+
+
+@dataclass
+class _Counts:
+    corrected: int = 0
+    uncorrected: int = 0
+
+
+def _count(fs: HostFS, path: str) -> int | None:
+    text = fs.read_stripped(path)
+    return decimal(text) if text is not None else None
+
+
+def _channels_corrected(fs: HostFS, csrow: str) -> int:
+    """A legacy csrow's channels (chN_ce_count), where the csrow's own total is not there."""
+    try:
+        names = [p.name for p in fs.path(csrow).iterdir() if _CHANNEL.fullmatch(p.name)]
+    except OSError:
+        return 0
+    return sum(_count(fs, f"{csrow}/{name}") or 0 for name in names)
+
+
+def _controller(fs: HostFS, name: str) -> MemoryController:
+    base = f"{EDAC_MC}/{name}"
+    corrected, uncorrected = _count(fs, f"{base}/ce_count"), _count(fs, f"{base}/ue_count")
+    try:
+        parts = sorted(p.name for p in fs.path(base).iterdir() if _PART.fullmatch(p.name))
+    except OSError:
+        parts = []
+    part_ce = part_ue = 0
+    for part in parts:
+        prefix = "dimm_" if not part.startswith("csrow") else ""
+        corrected_here = _count(fs, f"{base}/{part}/{prefix}ce_count")
+        if corrected_here is None and part.startswith("csrow"):
+            corrected_here = _channels_corrected(fs, f"{base}/{part}")
+        part_ce += corrected_here or 0
+        part_ue += _count(fs, f"{base}/{part}/{prefix}ue_count") or 0
+    return MemoryController(
+        name,
+        fs.read_stripped(f"{base}/mc_name"),
+        None if corrected is None and not parts else max(corrected or 0, part_ce),
+        None if uncorrected is None and not parts else max(uncorrected or 0, part_ue),
+        "sysfs",
+    )
+
+
+def read_edac(fs: HostFS) -> tuple[MemoryController, ...] | None:
+    """Each memory controller's counters; None where the kernel has no EDAC driver loaded."""
+    try:
+        names = sorted(
+            (p.name for p in fs.path(EDAC_MC).iterdir() if _CONTROLLER.fullmatch(p.name)),
+            key=lambda n: int(n[2:]),
+        )
+    except OSError:
+        return None
+    return tuple(_controller(fs, name) for name in names) if names else None
+
+
+def parse_memory_log(text: str) -> tuple[MemoryController, ...]:
+    """Memory errors the kernel log reports, per controller ("mcN", or "unknown" for machine checks
+    no EDAC line attributes)."""
+    counts: dict[str, _Counts] = {}
+    unattributed = _Counts()
+    for line in text.splitlines():
+        match = _EDAC_COUNT.search(line)
+        if match:
+            found = counts.setdefault(f"mc{match['mc']}", _Counts())
+            number = decimal(match["n"]) or 0
+            if match["kind"] == "CE":
+                found.corrected += number
+            else:
+                found.uncorrected += number
+            continue
+        match = _EDAC_OLD.search(line) or _EDAC_MCE.search(line)
+        if match:
+            found = counts.setdefault(f"mc{match['mc']}", _Counts())
+            status = match.groupdict().get("status")
+            uncorrected = match.groupdict().get("kind") == "UE" or (
+                status is not None and bool(int(status, 16) & MCA_STATUS_UC)
+            )
+            if uncorrected:
+                found.uncorrected += 1
+            else:
+                found.corrected += 1
+            continue
+        match = _MCE.search(line)
+        if match:
+            if int(match["status"], 16) & MCA_STATUS_UC:
+                unattributed.uncorrected += 1
+            else:
+                unattributed.corrected += 1
+        elif _FATAL.search(line):
+            unattributed.uncorrected += 1
+    controllers = [
+        MemoryController(name, None, c.corrected, c.uncorrected, "kernel log") for name, c in counts.items()
+    ]
+    if not controllers and (unattributed.corrected or unattributed.uncorrected):
+        controllers.append(
+            MemoryController(
+                UNATTRIBUTED, None, unattributed.corrected, unattributed.uncorrected, "kernel log"
+            )
+        )
+    return tuple(sorted(controllers, key=lambda c: c.name))
+
+
+def read_memory_errors(fs: HostFS, kernel_log_text: str | None) -> MemoryErrors:
+    """EDAC's counters, with what the kernel log adds (a controller's log lines may count more than a
+    counter that was reset; a machine check may have no EDAC driver to count it)."""
+    sysfs = read_edac(fs)
+    from_log = parse_memory_log(kernel_log_text) if kernel_log_text else ()
+    merged: dict[str, MemoryController] = {c.name: c for c in sysfs or ()}
+    for logged in from_log:
+        known = merged.get(logged.name)
+        if known is None:
+            merged[logged.name] = logged
+            continue
+        merged[logged.name] = MemoryController(
+            known.name,
+            known.driver,
+            max(known.corrected or 0, logged.corrected or 0),
+            max(known.uncorrected or 0, logged.uncorrected or 0),
+            "sysfs and kernel log",
+        )
+    return MemoryErrors(
+        edac=sysfs is not None,
+        kernel_log_read=kernel_log_text is not None,
+        controllers=tuple(
+            sorted(merged.values(), key=lambda c: (c.name == UNATTRIBUTED, len(c.name), c.name))
+        ),
+    )

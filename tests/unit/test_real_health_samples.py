@@ -1,0 +1,227 @@
+"""The host health checks peers have (memory errors, NVMe health, GPU memory ECC, the GPUDirect path,
+the GPU-NIC topology, the PCIe path) on outputs real machines produced, published by others
+(tests/fixtures/real/<kind>/, each with its source and the words that justify its verdict).
+
+Where the sample is a listing of files (sysfs as `grep . /sys/...` prints it), the test lays those
+files out under a fixture root and runs the real probe on it; where it is a tool's own report
+(edac-util, nvme-cli, smartctl), the test reads the figures the node's files or the tool would give.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from dltune.checks.gpu import ecc
+from dltune.checks.storage import judge_nvme
+from dltune.checks.system import memory_errors
+from dltune.model import Result, Status
+from dltune.probes.hostfs import HostFS
+from dltune.probes.memory_errors import read_memory_errors
+from dltune.probes.nvme import parse_smart_log
+from dltune.snapshot import Gpu, NvmlState, Snapshot
+from tests.real_corpus import Sample, samples
+
+# Published with a quoting prefix (mail "> ", a code comment "// ") or an indent: stripped per line.
+_QUOTING = re.compile(r"^(?:>\s?|//\s?|\s)+")
+
+
+def _unquoted(body: str) -> list[str]:
+    return [_QUOTING.sub("", line).rstrip() for line in body.splitlines()]
+
+
+def _non_pass(results: list[Result]) -> dict[str | None, str]:
+    return {r.subject: r.status.value for r in results if r.status.value != "pass"}
+
+
+def _said(results: list[Result]) -> list[tuple[str | None, str, str]]:
+    return [(r.subject, r.status.value, r.summary) for r in results]
+
+
+def _expected(expect: str) -> dict[str | None, str]:
+    """ "pass" (nothing but passes), or "warn mc0; fail mc3" (subject -> status)."""
+    if expect == "pass":
+        return {}
+    return {part.split(" ", 1)[1]: part.split(" ", 1)[0] for part in expect.split("; ")}
+
+
+# ------------------------------------------------------------------------------------- memory errors
+
+_SYSFS_LINE = re.compile(r"^(?P<path>/sys/devices/system/edac/mc/\S+?):(?P<value>.*)$")
+_EDAC_UTIL = re.compile(r"^(?P<mc>mc[0-9]+): .*?(?P<n>[0-9]+) (?P<kind>Corrected|Uncorrected) Errors")
+_EDAC_REPORT = re.compile(r"^(?P<mc>mc[0-9]+):\S*:(?P<kind>CE|UE):(?P<n>[0-9]+)$")
+
+
+def edac_tree(lines: list[str], root: Path) -> bool:
+    """The sample's EDAC figures as sysfs files under root: the listing as it is (`grep . path`, or
+    path and value on alternate lines), or edac-util's per-controller sums as mcN's own counters.
+    False when the sample is no EDAC listing (a kernel log)."""
+    files: dict[str, str] = {}
+    for index, line in enumerate(lines):
+        match = _SYSFS_LINE.match(line)
+        if match:
+            files[match["path"]] = match["value"]
+        elif line.startswith("/sys/devices/system/edac/mc/") and index + 1 < len(lines):
+            files[line] = lines[index + 1]
+    sums: dict[str, dict[str, int]] = defaultdict(lambda: {"ce_count": 0, "ue_count": 0})
+    for line in lines:
+        match = _EDAC_UTIL.match(line) or _EDAC_REPORT.match(line)
+        if match:
+            name = "ce_count" if match["kind"] in ("Corrected", "CE") else "ue_count"
+            sums[match["mc"]][name] += int(match["n"])
+    for mc, counts in sums.items():
+        for name, value in counts.items():
+            files[f"/sys/devices/system/edac/mc/{mc}/{name}"] = str(value)
+    for path, value in files.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(value + "\n")
+    return bool(files)
+
+
+@pytest.mark.parametrize("sample", samples("edac"), ids=str)
+def test_host_memory_errors(sample: Sample, tmp_path: Path) -> None:
+    """system.memory_errors: uncorrected errors on a controller fail, corrected ones warn, all-zero
+    counters pass; a machine check no EDAC line attributes is judged as controller "unknown"."""
+    lines = _unquoted(sample.body)
+    listing = edac_tree(lines, tmp_path)
+    found = read_memory_errors(HostFS(tmp_path), None if listing else "\n".join(lines))
+    results = memory_errors(Snapshot(root=str(tmp_path), memory_errors=found))
+    assert _non_pass(results) == _expected(sample.expect), _said(results)
+
+
+# --------------------------------------------------------------------------------------- NVMe health
+
+
+@pytest.mark.parametrize("sample", samples("nvme_smart"), ids=str)
+def test_nvme_health_logs(sample: Sample) -> None:
+    """storage.nvme_health's judgement of the SMART / Health log as nvme-cli and smartctl printed it
+    (JSON of either tool and version, or their text): "fail <field>" names the field that fails."""
+    figures = parse_smart_log(
+        "\n".join(_unquoted(sample.body)) if not sample.body.lstrip().startswith("{") else sample.body
+    )
+    assert figures, "nothing read from the sample"
+    status, reasons, _critical = judge_nvme(figures)
+    if sample.expect == "pass":
+        assert (status, reasons) == (Status.PASS, []), figures
+        return
+    verdict, field = sample.expect.split(" ", 2)[:2]
+    assert status.value == verdict and any(reason.startswith(field) for reason in reasons), (figures, reasons)
+
+
+# ------------------------------------------------------------------------------------ GPU memory ECC
+
+
+def _smi_sections(body: str, lone_bus: str) -> list[tuple[str, dict[tuple[str, ...], str]]]:
+    """`nvidia-smi -q` text as (bus id, {header path: value}) per GPU: each line's key under the
+    headers its indentation nests it in. An excerpt of one GPU without its "GPU <bus id>" line is that
+    GPU (``lone_bus``, the bus id the sample names)."""
+    gpus: list[tuple[str, dict[tuple[str, ...], str]]] = []
+    stack: list[tuple[int, str]] = []
+    for raw in body.splitlines():
+        line = raw.rstrip()
+        match = re.match(r"^GPU ([0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\.[0-7]$", line.strip())
+        if match and len(line) - len(line.lstrip()) == 0:
+            gpus.append((match[1][4:].lower(), {}))
+            stack = []
+            continue
+        if not line.strip():
+            continue
+        if not gpus:
+            gpus.append((lone_bus, {}))
+        indent = len(line) - len(line.lstrip())
+        key, sep, value = line.strip().partition(":")
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = (*(name for _, name in stack), key.strip())
+        if sep and value.strip():
+            gpus[-1][1][path] = value.strip()
+        else:
+            stack.append((indent, key.strip()))
+    return gpus
+
+
+def _figure(fields: dict[tuple[str, ...], str], *path: str) -> int | None:
+    """The number at the first field whose header path ends with ``path`` (N/A: None)."""
+    for key, value in fields.items():
+        if key[-len(path) :] == path:
+            number = value.split(" ")[0]
+            return int(number) if number.isdigit() else None
+    return None
+
+
+def _flag(fields: dict[tuple[str, ...], str], *path: str) -> bool | None:
+    for key, value in fields.items():
+        if key[-len(path) :] == path and value in ("Yes", "No"):
+            return value == "Yes"
+    return None
+
+
+def _volatile(fields: dict[tuple[str, ...], str], kind: str) -> int | None:
+    """Volatile corrected/uncorrected device memory errors: DRAM and SRAM (Ampere and later), or the
+    Single/Double Bit totals of older GPUs."""
+    words = ("Correctable",) if kind == "corrected" else ("Uncorrectable",)
+    found = [
+        int(value)
+        for key, value in fields.items()
+        if len(key) >= 2
+        and key[-2] == "Volatile"
+        and value.isdigit()
+        and any(key[-1].startswith(f"{memory} {word}") for memory in ("DRAM", "SRAM") for word in words)
+    ]
+    legacy = _figure(fields, "Volatile", "Single Bit" if kind == "corrected" else "Double Bit", "Total")
+    return sum(found) if found else legacy
+
+
+def gpus_of_sample(sample: Sample) -> dict[str, Gpu]:
+    """What NVML would answer for each GPU the sample shows (by bus id, or uuid for the CSV)."""
+    lines = sample.body.strip().splitlines()
+    if lines[0].startswith("gpu_uuid,"):
+        found = {}
+        for index, line in enumerate(lines[1:]):
+            uuid, corrected, uncorrected, pending, failure = (
+                c.strip() for c in line.split("#")[0].split(",")
+            )
+            found[uuid[:12]] = Gpu(
+                index=index,
+                remapped_rows_corrected=int(corrected),
+                remapped_rows_uncorrected=int(uncorrected),
+                remapped_rows_pending=pending == "Yes",
+                remapped_rows_failure=failure == "Yes",
+            )
+        return found
+    found = {}
+    for index, (bus, fields) in enumerate(_smi_sections(sample.body, sample.expect.split(" ")[0])):
+        histogram = {
+            name.lower(): _figure(fields, "Bank Remap Availability Histogram", name)
+            for name in ("Max", "High", "Partial", "Low", "None")
+        }
+        found[bus] = Gpu(
+            index=index,
+            ecc_corrected_volatile=_volatile(fields, "corrected"),
+            ecc_uncorrected_volatile=_volatile(fields, "uncorrected"),
+            remapped_rows_corrected=_figure(fields, "Remapped Rows", "Correctable Error"),
+            remapped_rows_uncorrected=_figure(fields, "Remapped Rows", "Uncorrectable Error"),
+            remapped_rows_pending=_flag(fields, "Remapped Rows", "Pending"),
+            remapped_rows_failure=_flag(fields, "Remapped Rows", "Remapping Failure Occurred"),
+            remap_histogram=None if histogram["max"] is None else {k: v or 0 for k, v in histogram.items()},
+            retired_pages_sbe=_figure(fields, "Retired Pages", "Single Bit ECC"),
+            retired_pages_dbe=_figure(fields, "Retired Pages", "Double Bit ECC"),
+        )
+    return found
+
+
+@pytest.mark.parametrize("sample", samples("gpu_ecc"), ids=str)
+def test_gpu_memory_errors(sample: Sample) -> None:
+    """gpu.ecc on the memory error state `nvidia-smi -q` printed (NVML's own figures): failed remaps
+    and uncorrected errors fail, pending remaps, remapped rows and retired pages warn (still usable),
+    all-zero passes. No previous audit: the correctable count alone is no finding."""
+    gpus = gpus_of_sample(sample)
+    snap = Snapshot(root="/", nvml=NvmlState(True, gpus=tuple(gpus.values())))
+    by_index = {str(r.subject): r for r in ecc(snap)}
+    verdicts = {key: by_index[str(gpu.index)].status.value for key, gpu in gpus.items()}
+    expected = {part.split(" ")[0]: part.split(" ")[1] for part in sample.expect.split("; ")}
+    assert verdicts == expected, {k: by_index[str(g.index)].summary for k, g in gpus.items()}
