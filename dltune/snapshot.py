@@ -396,6 +396,13 @@ class PciDevice:
     link_width_max: int | None = None
     link_speed: str | None = None  # "16.0 GT/s PCIe"
     link_speed_max: str | None = None
+    # Where it sits: its host bridge ("pci0000:00"), the bridges above it (root port first), the
+    # most the port above it (its slot) supports, and its NUMA node (None: the firmware did not say).
+    host_bridge: str | None = None
+    bridges: tuple[str, ...] = ()
+    upstream_width_max: int | None = None
+    upstream_speed_max: str | None = None
+    numa_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -434,6 +441,13 @@ class Fabric:
     fabric_manager_running: bool | None = None  # None: not looked for
     kernel_release: str | None = None
     open_kernel_module: bool | None = None  # the NVIDIA module is the open one (DMA-BUF capable)
+    # GPUDirect RDMA expected: the ACS Control register of each bridge above a GPU or adapter (None:
+    # not readable, as a user; -1: no ACS capability), and the locked-memory limit jobs get (bytes,
+    # -1 unlimited, None unread) with whose limit it is.
+    acs: Mapping[str, int | None] = field(default_factory=dict)
+    memlock_bytes: int | None = None
+    memlock_source: str = "not read"
+    nics: Mapping[str, str] = field(default_factory=dict)  # RDMA device (mlx5_0) -> its PCI function
 
 
 @dataclass(frozen=True)

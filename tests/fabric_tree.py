@@ -57,8 +57,9 @@ def pci_device(
     width_max: int = 16,
     speed: str = "32.0 GT/s PCIe",
     speed_max: str = "32.0 GT/s PCIe",
+    parent: str = "pci0000:00",
 ) -> None:
-    base = f"/sys/devices/pci0000:00/{address}"
+    base = f"/sys/devices/{parent}/{address}"
     write(root, f"{base}/vendor", vendor + "\n")
     write(root, f"{base}/class", device_class + "\n")
     write(root, f"{base}/current_link_width", f"{width}\n")
@@ -71,7 +72,7 @@ def pci_device(
             write(root, f"{base}/{name}", text.format(**counts))
     link = root / "sys/bus/pci/devices" / address
     link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(f"../../../devices/pci0000:00/{address}")
+    link.symlink_to(f"../../../devices/{parent}/{address}")
 
 
 def ib_port(root: Path, port: Port, pci_address: str | None = None) -> None:
@@ -129,17 +130,45 @@ def gpu_bus_id(index: int) -> str:
     return f"0000:{0x18 + 0x10 * index:02x}:00.0"
 
 
+ROOT_PORT = "0000:00:1{:01x}.0"  # devices 10-17 of bus 0: clear of the NVSwitches at 0000:0N:01.0
+
+
+def root_port(root: Path, index: int, acs_control: int = 0) -> None:
+    """A PCIe root port (0000:00:1<index>.0) above a GPU and an adapter: Gen5 x16, ACS as root reads
+    it from the config space (an extended capability list: AER at 0x100, then ACS at 0x148)."""
+    base = f"/sys/devices/pci0000:00/{ROOT_PORT.format(index)}"
+    write(root, f"{base}/max_link_speed", "32.0 GT/s PCIe\n")
+    write(root, f"{base}/max_link_width", "16\n")
+    config = bytearray(4096)
+    config[0x100:0x104] = (0x0001 | (1 << 16) | (0x148 << 20)).to_bytes(4, "little")
+    config[0x148:0x14C] = (0x000D | (1 << 16)).to_bytes(4, "little")
+    config[0x14E:0x150] = acs_control.to_bytes(2, "little")
+    path = root / base.lstrip("/") / "config"
+    path.write_bytes(bytes(config))
+    link = root / "sys/bus/pci/devices" / ROOT_PORT.format(index)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(f"../../../devices/pci0000:00/{ROOT_PORT.format(index)}")
+
+
 def hgx_node(root: Path, gpus: int = 8, ports: int = 8, port_rate: int = 400) -> None:
     """An HGX-class node: ``gpus`` GPUs at the fake NVML's bus ids, four NVSwitches, ``ports`` NDR
     adapters (one port each, all active) with IPoIB on the first, Fabric Manager running."""
+    for index in range(max(gpus, ports)):
+        root_port(root, index)
     for index in range(gpus):
-        pci_device(root, gpu_bus_id(index), aer={})
+        pci_device(root, gpu_bus_id(index), aer={}, parent=f"pci0000:00/{ROOT_PORT.format(index)}")
     for switch in range(4):
         pci_device(root, f"0000:0{switch}:01.0", device_class="0x068000", aer={})
     for index in range(ports):
         address = f"0000:{0x1A + 0x10 * index:02x}:00.0"
-        pci_device(root, address, vendor="0x15b3", device_class="0x020700", aer={})
+        parent = f"pci0000:00/{ROOT_PORT.format(index)}"
+        pci_device(root, address, vendor="0x15b3", device_class="0x020700", aer={}, parent=parent)
         ib_port(root, Port(f"mlx5_{index}", rate_gbps=port_rate), address)
+    write(
+        root,
+        "/proc/self/limits",
+        "Limit  Soft Limit  Hard Limit  Units\nMax locked memory  unlimited  unlimited  bytes\n",
+    )
     write(root, "/sys/class/net/ib0/operstate", "up\n")
     write(root, "/proc/4242/comm", "nv-fabricmanager\n")
     write(root, "/proc/sys/kernel/osrelease", "6.8.0-49-generic\n")

@@ -351,32 +351,49 @@ def hca_pcie(snap: Snapshot) -> list[Result]:
     return [_judge_hca_link(device) for device in adapters]
 
 
+def expected_link(device: PciDevice) -> tuple[int | None, float | None, str]:
+    """The width and speed the device's link should train at: the lesser of what the device and the
+    port above it (its slot) support. A Gen5 adapter in a Gen4 slot runs at Gen4 by design (judging the
+    device end alone cordoned healthy nodes: scitix/sichek PR #122)."""
+    width, speed = device.link_width_max, _gts(device.link_speed_max) if device.link_speed_max else None
+    limited_by = "the device"
+    if device.upstream_width_max is not None and width is not None and device.upstream_width_max < width:
+        width, limited_by = device.upstream_width_max, f"its slot ({device.bridges[-1]})"
+    if device.upstream_speed_max and speed is not None and _gts(device.upstream_speed_max) < speed:
+        speed, limited_by = _gts(device.upstream_speed_max), f"its slot ({device.bridges[-1]})"
+    return width, speed, limited_by
+
+
 def _judge_hca_link(device: PciDevice) -> Result:
     evidence = {
         "width": device.link_width,
         "width_max": device.link_width_max,
         "speed": device.link_speed,
         "speed_max": device.link_speed_max,
+        "slot_width_max": device.upstream_width_max,
+        "slot_speed_max": device.upstream_speed_max,
     }
     if device.link_width is None or device.link_width_max is None:
         return Result(
             "fabric.hca_pcie", Status.SKIP, "its PCIe link width is not in sysfs", device.address, evidence
         )
-    if device.link_width < device.link_width_max:
+    width, speed, limited_by = expected_link(device)
+    evidence["expected_limited_by"] = limited_by
+    if width is not None and device.link_width < width:
         return Result(
             "fabric.hca_pcie",
             Status.FAIL,
-            f"adapter on x{device.link_width} of its x{device.link_width_max} PCIe lanes: its bandwidth "
-            "is capped below the network's",
+            f"adapter on x{device.link_width} of the x{width} PCIe lanes it and its slot support: its "
+            "bandwidth is capped below the network's",
             device.address,
             evidence,
             "reseat the adapter in a full-width slot (or its riser); check the BIOS bifurcation setting",
         )
-    if device.link_speed and device.link_speed_max and _gts(device.link_speed) < _gts(device.link_speed_max):
+    if device.link_speed and speed is not None and _gts(device.link_speed) < speed:
         return Result(
             "fabric.hca_pcie",
             Status.WARN,
-            f"adapter's PCIe link at {device.link_speed}, below its {device.link_speed_max}",
+            f"adapter's PCIe link at {device.link_speed}, below the {speed:g} GT/s it and its slot support",
             device.address,
             evidence,
             "a link that trained at a lower generation has a signal problem or a BIOS limit: reseat, "
@@ -385,7 +402,9 @@ def _judge_hca_link(device: PciDevice) -> Result:
     return Result(
         "fabric.hca_pcie",
         Status.PASS,
-        f"adapter on x{device.link_width}" + (f" at {device.link_speed}" if device.link_speed else ""),
+        f"adapter on x{device.link_width}"
+        + (f" at {device.link_speed}" if device.link_speed else "")
+        + (f" (limited by {limited_by}, as designed)" if limited_by != "the device" else ""),
         device.address,
         evidence,
     )
@@ -644,3 +663,213 @@ def fabric_manager(snap: Snapshot) -> Result:
         f"Fabric Manager running for {switches} NVSwitch(es)" + (f" at {driver}" if versions else ""),
         evidence=evidence,
     )
+
+
+# ------------------------------------------------------------------------------ GPUDirect RDMA path
+
+# ACS Control bits that send peer-to-peer traffic up to the root complex (PCIe spec, "ACS Control
+# Register"): P2P Request Redirect, P2P Completion Redirect, P2P Egress Control. NCCL's troubleshooting
+# guide: "If PCI switches have ACS enabled, it needs to be disabled" (bare metal; a VM needs ACS).
+ACS_REDIRECT = {0x04: "ReqRedir", 0x08: "CmpltRedir", 0x20: "EgressCtrl"}
+ACS_REMEDY = (
+    "disable ACS redirection on the bridges above the GPUs and adapters (BIOS: ACS off / PCIe ACS "
+    "control; or `setpci -s <bdf> ECAP_ACS+0x6.w=0000` at every boot, or the kernel's "
+    "pci=disable_acs_redir=<bdf>); inside a VM keep ACS and enable ATS on the adapters instead"
+)
+
+
+@check("fabric.pcie_acs", needs=("manifest:health",))
+def pcie_acs(snap: Snapshot) -> Result:
+    """ACS redirection on a bridge between a GPU and an RDMA adapter sends GPUDirect traffic through the
+    CPU's root complex: a fraction of the bandwidth, or a hang (NCCL troubleshooting, "PCI ACS")."""
+    if not _health(snap).get("gpudirect_rdma"):
+        return Result("fabric.pcie_acs", Status.SKIP, f"GPUDirect RDMA not required ({HEALTH_VARIABLES})")
+    acs = snap.fabric.acs
+    if not acs:
+        return Result("fabric.pcie_acs", Status.SKIP, "no PCI bridge above a GPU or RDMA adapter")
+    unread = sorted(b for b, value in acs.items() if value is None)
+    redirecting = {
+        bridge: [name for bit, name in ACS_REDIRECT.items() if value & bit]
+        for bridge, value in sorted(acs.items())
+        if value is not None and value > 0 and value & sum(ACS_REDIRECT)
+    }
+    evidence = {
+        "bridges": {
+            b: ("unreadable" if v is None else "no ACS" if v < 0 else f"0x{v:04x}") for b, v in acs.items()
+        }
+    }
+    if redirecting:
+        named = "; ".join(f"{b}: {'+ '.join(flags)}+" for b, flags in redirecting.items())
+        return Result(
+            "fabric.pcie_acs",
+            Status.FAIL,
+            f"ACS redirects peer-to-peer traffic on {len(redirecting)} bridge(s) above the GPUs and "
+            f"adapters ({named})",
+            evidence=evidence,
+            remedy=ACS_REMEDY,
+        )
+    if unread and len(unread) == len(acs):
+        return Result(
+            "fabric.pcie_acs",
+            Status.SKIP,
+            "the bridges' ACS registers need root to read (extended config space): audit as root",
+            evidence=evidence,
+        )
+    return Result(
+        "fabric.pcie_acs",
+        Status.PASS,
+        f"no ACS redirection on the {len(acs) - len(unread)} bridge(s) above the GPUs/adapters"
+        + (f" ({len(unread)} not readable)" if unread else ""),
+        evidence=evidence,
+    )
+
+
+@check("fabric.memlock", needs=("manifest:health",))
+def memlock(snap: Snapshot) -> Result:
+    """RDMA registers (pins) the buffers it sends: with a locked-memory limit, NCCL's ibv_reg_mr fails
+    or falls back. NVIDIA (NCCL troubleshooting) and SchedMD (Slurm FAQ, "memlock") say unlimited, for
+    slurmd itself (LimitMEMLOCK=infinity): job steps get slurmd's limit."""
+    if not _health(snap).get("gpudirect_rdma"):
+        return Result("fabric.memlock", Status.SKIP, f"GPUDirect RDMA not required ({HEALTH_VARIABLES})")
+    limit, source = snap.fabric.memlock_bytes, snap.fabric.memlock_source
+    evidence = {"memlock_bytes": limit, "of": source}
+    if limit is None:
+        return Result(
+            "fabric.memlock", Status.SKIP, f"locked-memory limit of {source} not readable", evidence=evidence
+        )
+    if limit == -1:
+        return Result(
+            "fabric.memlock", Status.PASS, f"locked memory unlimited for {source}", evidence=evidence
+        )
+    return Result(
+        "fabric.memlock",
+        Status.FAIL,
+        f"locked memory limited to {limit // 1024} KiB for {source}: RDMA registration (ibv_reg_mr) fails "
+        "or NCCL falls back to slower paths",
+        evidence=evidence,
+        remedy="set memlock unlimited: LimitMEMLOCK=infinity in slurmd's unit (and in limits.conf: "
+        "`* soft memlock unlimited`, `* hard memlock unlimited`); restart slurmd",
+    )
+
+
+# -------------------------------------------------------------------------------------- GPU-NIC topology
+
+# nvidia-smi topo -m's legend, nearest first: at most one PCIe switch between them (PIX), several
+# (PXB), the CPU's PCIe host bridge (PHB), host bridges of one NUMA node (NODE), across sockets (SYS).
+TOPOLOGY_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def link_level(a: PciDevice, b: PciDevice) -> str | None:
+    """How two PCI devices reach each other, in nvidia-smi topo's words; None where sysfs did not say."""
+    if a.host_bridge is None or b.host_bridge is None:
+        return None
+    if a.host_bridge != b.host_bridge:
+        return "NODE" if a.numa_node is not None and a.numa_node == b.numa_node else "SYS"
+    common = 0
+    for mine, theirs in zip(a.bridges, b.bridges, strict=False):
+        if mine != theirs:
+            break
+        common += 1
+    if common == 0:
+        return "PHB"
+    steps = (
+        max(len(a.bridges), len(b.bridges)) + 1 - common
+    )  # from the farther device up to the bridge both share
+    return "PIX" if steps <= 2 else "PXB"
+
+
+def nearest_nics(levels: Mapping[str, str]) -> tuple[str | None, list[str]]:
+    """The NICs a GPU reaches at the nearest level (ties all named), and that level."""
+    known = {nic: level for nic, level in levels.items() if level in TOPOLOGY_LEVELS}
+    if not known:
+        return None, []
+    best = min(known.values(), key=TOPOLOGY_LEVELS.index)
+    return best, sorted(nic for nic, level in known.items() if level == best)
+
+
+def gpu_topology(snap: Snapshot) -> dict[str, dict[str, Any]]:
+    """Each GPU's NUMA node and nearest RDMA adapters (by their RDMA names where they have one)."""
+    name_of = {address: name for name, address in snap.fabric.nics.items()}
+    nics = [d for d in snap.fabric.pci if d.kind == "hca"]
+    found = {}
+    for gpu in (d for d in snap.fabric.pci if d.kind == "gpu"):
+        levels = {name_of.get(nic.address, nic.address): link_level(gpu, nic) for nic in nics}
+        level, nearest = nearest_nics({k: v for k, v in levels.items() if v})
+        found[gpu.address] = {"numa_node": gpu.numa_node, "nearest_nics": nearest, "level": level}
+    return found
+
+
+def emit_expectations(snap: Snapshot) -> dict[str, dict[str, Any]]:
+    """The dltune role's topology variables as this (healthy) node has them, for group_vars."""
+    topology = gpu_topology(snap)
+    return {
+        "dltune_health_gpu_numa_nodes": {
+            gpu: facts["numa_node"] for gpu, facts in topology.items() if facts["numa_node"] is not None
+        },
+        "dltune_health_gpu_nearest_nics": {
+            gpu: facts["nearest_nics"] for gpu, facts in topology.items() if facts["nearest_nics"]
+        },
+    }
+
+
+TOPOLOGY_REMEDY = (
+    "compare the node with a healthy one (`nvidia-smi topo -m`): a card in another slot, an adapter "
+    "missing, or a BIOS NUMA setting (NPS, SNC) changed"
+)
+
+
+def judge_gpu_topology(
+    facts: Mapping[str, Any], numa_wanted: object | None, nics_wanted: object | None
+) -> tuple[Status, str]:
+    """One GPU's NUMA node and nearest adapters against the site's expectations (None: none stated)."""
+    problems = []
+    if numa_wanted is not None and facts["numa_node"] != numa_wanted:
+        problems.append(f"on NUMA node {facts['numa_node']}, the site expects {numa_wanted}")
+    if nics_wanted is not None:
+        wanted = {nics_wanted} if isinstance(nics_wanted, str) else set(nics_wanted)  # type: ignore[call-overload]
+        if set(facts["nearest_nics"]) != wanted:
+            problems.append(
+                f"nearest adapter(s) {', '.join(facts['nearest_nics']) or 'none'} ({facts['level']}), "
+                f"the site expects {', '.join(sorted(wanted))}"
+            )
+    if problems:
+        return Status.FAIL, "; ".join(problems)
+    if facts["level"] == "SYS" and nics_wanted is None:
+        return (
+            Status.WARN,
+            "reaches every RDMA adapter only across the sockets (SYS): GPUDirect RDMA crosses the CPUs",
+        )
+    nearest = ", ".join(facts["nearest_nics"]) or "unknown"
+    return Status.PASS, f"NUMA node {facts['numa_node']}, nearest adapter(s) {nearest}" + (
+        f" ({facts['level']})" if facts["level"] else ""
+    )
+
+
+@check("fabric.topology", needs=("manifest:health",))
+def topology(snap: Snapshot) -> list[Result]:
+    """Each GPU's NUMA node and nearest RDMA adapter, against what the site expects (the dltune role's
+    dltune_health_gpu_numa_nodes / dltune_health_gpu_nearest_nics, printed from a healthy node by
+    `dltune audit --emit-expectations`); without expectations a GPU that reaches every adapter only
+    across the sockets (SYS) is a finding."""
+    found = gpu_topology(snap)
+    if not found:
+        return [Result("fabric.topology", Status.SKIP, "no GPU on the PCI bus")]
+    if not any(d.kind == "hca" for d in snap.fabric.pci):
+        return [Result("fabric.topology", Status.SKIP, "no RDMA adapter on the PCI bus")]
+    health = _health(snap)
+    numa_wanted = health.get("gpu_numa_nodes") or {}
+    nics_wanted = health.get("gpu_nearest_nics") or {}
+    results = []
+    for gpu, facts in sorted(found.items()):
+        status, summary = judge_gpu_topology(facts, numa_wanted.get(gpu), nics_wanted.get(gpu))
+        results.append(
+            Result(
+                "fabric.topology",
+                status,
+                summary,
+                subject=gpu,
+                evidence=dict(facts),
+                remedy=None if status is Status.PASS else TOPOLOGY_REMEDY,
+            )
+        )
+    return results

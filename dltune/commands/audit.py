@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import socket
@@ -117,8 +118,7 @@ def audit_results(
     )
     for path, error in snapshot.errors.items():
         log.info("probe could not read %s: %s", path, error)
-    host = socket.gethostname() if str(root) == "/" else f"{socket.gethostname()}:{root}"
-    return snapshot, run_checks(snapshot, areas), host
+    return snapshot, run_checks(snapshot, areas), host_name(root)
 
 
 # long: mostly its option declarations
@@ -179,6 +179,14 @@ def audit(
     flap_count: Annotated[int, FLAP_COUNT_OPTION] = DEFAULT_FLAP_COUNT,
     flap_window: Annotated[float, FLAP_WINDOW_OPTION] = DEFAULT_FLAP_WINDOW_S / 3600,
     history_file: Annotated[Path, HISTORY_FILE_OPTION] = Path(DEFAULT_HISTORY_FILE),
+    emit_expectations: Annotated[
+        bool,
+        typer.Option(
+            "--emit-expectations",
+            help="Print this (healthy) node's GPU-NIC topology as the dltune role's variables "
+            "(dltune_health_gpu_numa_nodes, dltune_health_gpu_nearest_nics) for group_vars, and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Read-only audit of this node against what the roles applied. Exit 0 ok, 1 fail, 2 usage/error."""
     deadline = Deadline(timeout)
@@ -189,6 +197,9 @@ def audit(
         logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr)
         areas = parse_areas(only)
         check_directory(root, "--root")
+        if emit_expectations:
+            sys.stdout.write(expectations_yaml(root, host_name(root)))
+            raise typer.Exit(0)
         if textfile_dir is not None:
             check_output_file(textfile_dir / "dltune.prom", "--textfile-dir")
         if facts_file is not None:
@@ -217,6 +228,23 @@ def audit(
         raise typer.Exit(exit_code(results))
     finally:
         gc.enable()  # for callers in the same process (tests)
+
+
+def host_name(root: Path) -> str:
+    return socket.gethostname() if str(root) == "/" else f"{socket.gethostname()}:{root}"
+
+
+def expectations_yaml(root: Path, host: str) -> str:
+    """The topology variables as YAML (JSON values are YAML flow values: nothing to escape by hand)."""
+    from dltune.checks.fabric import emit_expectations
+    from dltune.probes import collect_snapshot
+
+    variables = emit_expectations(collect_snapshot(root, areas=["fabric"]))
+    lines = [f"# dltune audit --emit-expectations on {host}: the GPU-NIC topology of a node judged healthy"]
+    for name, values in variables.items():
+        lines.append(f"{name}:" + ("" if values else " {}"))
+        lines += [f"  {json.dumps(key)}: {json.dumps(value)}" for key, value in sorted(values.items())]
+    return "\n".join(lines) + "\n"
 
 
 def earlier_counters(previous: Path | None, facts_file: Path | None) -> dict[str, dict[str, int]]:

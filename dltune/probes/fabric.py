@@ -7,6 +7,7 @@ adapter can block the reader: they are read by one `grep` child under the audit'
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 
@@ -116,6 +117,9 @@ def read_pci_devices(fs: HostFS) -> tuple[PciDevice, ...]:
         kind = _kind(vendor.lower(), device_class.lower())
         if kind is None:
             continue
+        host_path = _device_path(fs, address)
+        bridges = _bridges_above(host_path)
+        upstream_dir = host_path.rsplit("/", 1)[0] if bridges else None
         found.append(
             PciDevice(
                 address=address.lower(),
@@ -127,9 +131,83 @@ def read_pci_devices(fs: HostFS) -> tuple[PciDevice, ...]:
                 link_width_max=_int(fs.read_stripped(f"{base}/max_link_width")),
                 link_speed=fs.read_stripped(f"{base}/current_link_speed"),
                 link_speed_max=fs.read_stripped(f"{base}/max_link_speed"),
+                host_bridge=_host_bridge(host_path),
+                bridges=bridges,
+                upstream_width_max=_int(fs.read_stripped(f"{upstream_dir}/max_link_width"))
+                if upstream_dir
+                else None,
+                upstream_speed_max=fs.read_stripped(f"{upstream_dir}/max_link_speed")
+                if upstream_dir
+                else None,
+                numa_node=_numa(fs.read_stripped(f"{base}/numa_node")),
             )
         )
     return tuple(found)
+
+
+def _device_path(fs: HostFS, address: str) -> str:
+    """The device's place in the PCI hierarchy (/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0):
+    where /sys/bus/pci/devices/<address> links to, read by name under the audited root."""
+    link = f"{PCI_DEVICES}/{address}"
+    try:
+        target = os.readlink(fs.path(link))
+    except OSError:
+        return link
+    return os.path.normpath(os.path.join(PCI_DEVICES, target))
+
+
+def _bridges_above(host_path: str) -> tuple[str, ...]:
+    """The PCI bridges between the host bridge and the device, root port first."""
+    names = [part.lower() for part in host_path.split("/") if _PCI_ADDRESS.fullmatch(part)]
+    return tuple(names[:-1])
+
+
+def _host_bridge(host_path: str) -> str | None:
+    found = re.search(r"/(pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2})/", host_path)
+    return found.group(1).lower() if found else None
+
+
+def _numa(text: str | None) -> int | None:
+    """A device's NUMA node; -1 (the firmware did not say) is None."""
+    if text is None:
+        return None
+    number = decimal(text.lstrip("-"))
+    return None if number is None or text.startswith("-") else number
+
+
+def read_acs(fs: HostFS, bridges: Iterable[str]) -> dict[str, int | None]:
+    """Each bridge's ACS Control register (PCI Express extended capability 0x000D, offset 6), from its
+    config space; beyond its first 64 bytes only root may read it (see acs_control)."""
+    found: dict[str, int | None] = {}
+    for bridge in sorted(set(bridges)):
+        try:
+            config = fs.read_bytes(f"{PCI_DEVICES}/{bridge}/config", 4096)
+        except OSError:
+            found[bridge] = None
+            continue
+        found[bridge] = acs_control(config)
+    return found
+
+
+ACS_CAPABILITY = 0x000D
+EXTENDED_CAPABILITIES = 0x100
+
+
+def acs_control(config: bytes) -> int | None:
+    """The ACS Control register of a config space dump; -1 where the device has no ACS capability,
+    None where the extended config space was not readable (a user reads only 64 bytes)."""
+    if len(config) <= EXTENDED_CAPABILITIES + 4:
+        return None
+    offset, seen = EXTENDED_CAPABILITIES, set()
+    while offset and offset + 8 <= len(config) and offset not in seen:
+        seen.add(offset)
+        header = int.from_bytes(config[offset : offset + 4], "little")
+        if header in (0, 0xFFFFFFFF):
+            break
+        if header & 0xFFFF == ACS_CAPABILITY:
+            return int.from_bytes(config[offset + 6 : offset + 8], "little")
+        offset = (header >> 20) & 0xFFC
+    return -1
 
 
 def _state_name(text: str) -> str:
@@ -243,13 +321,46 @@ def read_ipoib(fs: HostFS, interfaces: Iterable[str]) -> dict[str, str]:
     return found
 
 
-def fabric_manager_running(fs: HostFS) -> bool:
-    """Whether an nv-fabricmanager process runs (any user may read /proc/<pid>/comm)."""
+def processes_named(fs: HostFS, names: Iterable[str]) -> dict[str, str]:
+    """The pid of one process per command name (any user may read /proc/<pid>/comm)."""
+    wanted = set(names)
     try:
-        pids = [p.name for p in fs.path("/proc").iterdir() if decimal(p.name) is not None]
+        pids = sorted((p.name for p in fs.path("/proc").iterdir() if decimal(p.name) is not None), key=int)
     except OSError:
-        return False
-    return any(fs.read_stripped(f"/proc/{pid}/comm") == FABRIC_MANAGER_COMM for pid in pids)
+        return {}
+    found: dict[str, str] = {}
+    for pid in pids:
+        comm = fs.read_stripped(f"/proc/{pid}/comm")
+        if comm in wanted and comm not in found:
+            found[comm] = pid
+    return found
+
+
+def fabric_manager_running(fs: HostFS) -> bool:
+    """Whether an nv-fabricmanager process runs."""
+    return FABRIC_MANAGER_COMM in processes_named(fs, [FABRIC_MANAGER_COMM])
+
+
+_LOCKED = re.compile(r"^Max locked memory\s+(?P<soft>\S+)\s+(?P<hard>\S+)\s+bytes", re.MULTILINE)
+
+
+def parse_memlock(limits: str) -> int | None:
+    """The soft locked-memory limit of a /proc/<pid>/limits, in bytes; -1 for unlimited."""
+    match = _LOCKED.search(limits)
+    if not match:
+        return None
+    if match["soft"] == "unlimited":
+        return -1
+    return decimal(match["soft"])
+
+
+def read_memlock(fs: HostFS) -> tuple[int | None, str]:
+    """The locked-memory limit jobs get: slurmd's own (Slurm starts job steps with it unless
+    PropagateResourceLimits passes the user's), else this process's."""
+    slurmd = processes_named(fs, ["slurmd"]).get("slurmd")
+    source = f"slurmd (pid {slurmd})" if slurmd else "this process"
+    text = fs.read_stripped(f"/proc/{slurmd}/limits" if slurmd else "/proc/self/limits")
+    return (parse_memlock(text) if text else None), source
 
 
 def read_fabric(
@@ -262,8 +373,16 @@ def read_fabric(
     ports, error = read_ib_ports(fs, deadline)
     health = expected.get("health", {})
     ipoib = health.get("ipoib_interfaces", [])
+    gpudirect = bool(health.get("gpudirect_rdma"))
+    memlock, memlock_source = read_memlock(fs) if gpudirect else (None, "not read")
     return Fabric(
         pci=pci,
+        acs=read_acs(fs, (b for d in pci if d.kind in ("gpu", "hca") for b in d.bridges))
+        if gpudirect
+        else {},
+        memlock_bytes=memlock,
+        memlock_source=memlock_source,
+        nics={port.device: port.pci_address for port in ports if port.pci_address},
         ib_ports=ports,
         ib_error=error,
         ipoib=read_ipoib(fs, [str(i) for i in ipoib] if isinstance(ipoib, list) else []),

@@ -3,13 +3,23 @@ no NVMe controller here; NVML's and the tools' answers are the lowest boundary f
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from dltune.checks.fabric import emit_expectations, hca_pcie, link_level, memlock, pcie_acs, topology
 from dltune.checks.gpu import CORRECTABLE_RISE_WARN, ecc, sxid
 from dltune.checks.storage import ENDURANCE_WARN, judge_nvme, nvme_health
 from dltune.checks.system import memory_errors
+from dltune.cli import app
 from dltune.model import Status
+from dltune.probes.fabric import read_fabric
+from dltune.probes.hostfs import HostFS
 from dltune.probes.memory_errors import parse_memory_log
 from dltune.probes.packages import kernel_log_of
 from dltune.snapshot import Gpu, MemoryController, MemoryErrors, NvmeHealth, NvmlState, Snapshot
+from tests.fabric_tree import write
 
 
 def _ecc(gpu: Gpu, previous: dict[str, dict[str, int]] | None = None) -> tuple[Status, str]:
@@ -153,3 +163,141 @@ def test_an_sxid_nvidia_lists_as_fatal_fails_even_when_only_its_data_line_is_see
     fatal_word = "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 29999, Fatal, Link 3 something new\n"
     (result,) = sxid(Snapshot(root="/", kernel_log=kernel_log_of(fatal_word)))
     assert result.status is Status.FAIL
+
+
+# --------------------------------------------------------------------- the PCI hierarchy (sysfs trees)
+
+
+def _device(
+    root: Path,
+    chain: str,
+    *,
+    kind: str,
+    numa: int = 0,
+    speed: str = "32.0 GT/s PCIe",
+    speed_max: str = "32.0 GT/s PCIe",
+    width: int = 16,
+    width_max: int = 16,
+) -> str:
+    """A device at /sys/devices/<chain> (host bridge, bridges, the device), linked from
+    /sys/bus/pci/devices as the kernel does; its bridges get link capabilities of their own."""
+    address = chain.rsplit("/", 1)[-1]
+    vendor, device_class = ("0x10de", "0x030200") if kind == "gpu" else ("0x15b3", "0x020700")
+    files = {
+        "vendor": vendor,
+        "class": device_class,
+        "numa_node": str(numa),
+        "current_link_speed": speed,
+        "max_link_speed": speed_max,
+        "current_link_width": str(width),
+        "max_link_width": str(width_max),
+    }
+    for name, value in files.items():
+        write(root, f"/sys/devices/{chain}/{name}", value + "\n")
+    link = root / "sys/bus/pci/devices" / address
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(f"../../../devices/{chain}")
+    return address
+
+
+def _bridge(root: Path, path: str, speed_max: str, width_max: int) -> None:
+    write(root, f"/sys/devices/{path}/max_link_speed", speed_max + "\n")
+    write(root, f"/sys/devices/{path}/max_link_width", f"{width_max}\n")
+
+
+def test_a_link_is_judged_against_what_its_slot_supports_not_the_device_alone(tmp_path: Path) -> None:
+    """A Gen5 adapter in a Gen4 slot at Gen4 is as designed (sichek PR #122 cordoned such nodes); at
+    Gen3 in that slot it is degraded; x8 in an x16 slot fails."""
+    _bridge(tmp_path, "pci0000:00/0000:00:01.0", "16.0 GT/s PCIe", 16)
+    _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0", kind="hca", speed="16.0 GT/s PCIe")
+    _bridge(tmp_path, "pci0000:00/0000:00:02.0", "16.0 GT/s PCIe", 16)
+    _device(tmp_path, "pci0000:00/0000:00:02.0/0000:02:00.0", kind="hca", speed="8.0 GT/s PCIe")
+    _bridge(tmp_path, "pci0000:00/0000:00:03.0", "32.0 GT/s PCIe", 16)
+    _device(tmp_path, "pci0000:00/0000:00:03.0/0000:03:00.0", kind="hca", width=8)
+    fabric = read_fabric(HostFS(tmp_path), {}, None)
+    results = {r.subject: r for r in hca_pcie(Snapshot(root=str(tmp_path), fabric=fabric))}
+    assert results["0000:01:00.0"].status is Status.PASS and "as designed" in results["0000:01:00.0"].summary
+    assert results["0000:02:00.0"].status is Status.WARN
+    assert results["0000:03:00.0"].status is Status.FAIL
+
+
+def test_gpu_nic_levels_follow_nvidia_smi_topo_s_legend(tmp_path: Path) -> None:
+    """Under one switch: PIX; two switch levels: PXB; other root ports of one host bridge: PHB; another
+    host bridge of the same NUMA node: NODE; the other socket: SYS."""
+    switch = "pci0000:00/0000:00:01.0/0000:01:00.0"
+    gpu = _device(tmp_path, f"{switch}/0000:02:00.0/0000:03:00.0", kind="gpu")
+    _device(tmp_path, f"{switch}/0000:02:01.0/0000:04:00.0", kind="hca")  # PIX
+    deeper = f"{switch}/0000:02:02.0/0000:05:00.0/0000:06:00.0/0000:07:00.0"
+    _device(tmp_path, deeper, kind="hca")  # PXB
+    _device(tmp_path, "pci0000:00/0000:00:02.0/0000:08:00.0", kind="hca")  # PHB
+    _device(tmp_path, "pci0000:40/0000:40:01.0/0000:41:00.0", kind="hca")  # NODE
+    _device(tmp_path, "pci0000:80/0000:80:01.0/0000:81:00.0", kind="hca", numa=1)  # SYS
+    fabric = read_fabric(HostFS(tmp_path), {}, None)
+    by = {d.address: d for d in fabric.pci}
+    levels = {nic: link_level(by[gpu], by[nic]) for nic in by if nic != gpu}
+    assert levels == {
+        "0000:04:00.0": "PIX",
+        "0000:07:00.0": "PXB",
+        "0000:08:00.0": "PHB",
+        "0000:41:00.0": "NODE",
+        "0000:81:00.0": "SYS",
+    }
+
+
+def test_topology_against_the_site_s_expectations_and_emitted_from_a_healthy_node(tmp_path: Path) -> None:
+    gpu = _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0", kind="gpu")
+    nic = _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0", kind="hca")
+    snap = Snapshot(
+        root=str(tmp_path), fabric=replace(read_fabric(HostFS(tmp_path), {}, None), nics={"mlx5_0": nic})
+    )
+    emitted = emit_expectations(snap)
+    assert emitted == {
+        "dltune_health_gpu_numa_nodes": {gpu: 0},
+        "dltune_health_gpu_nearest_nics": {gpu: ["mlx5_0"]},
+    }
+    wanted = {"health": {"gpu_numa_nodes": {gpu: 0}, "gpu_nearest_nics": {gpu: ["mlx5_0"]}}}
+    (result,) = topology(replace(snap, expected=wanted))
+    assert result.status is Status.PASS
+    moved = {"health": {"gpu_numa_nodes": {gpu: 1}, "gpu_nearest_nics": {gpu: "mlx5_1"}}}
+    (result,) = topology(replace(snap, expected=moved))
+    assert result.status is Status.FAIL and "NUMA node 0, the site expects 1" in result.summary
+
+
+def test_acs_needs_root_to_read_and_a_user_s_audit_says_so(tmp_path: Path) -> None:
+    """A user reads the first 64 bytes of a bridge's config space: the ACS register is beyond them."""
+    _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0", kind="gpu")
+    write(tmp_path, "/sys/bus/pci/devices/0000:00:01.0/config", "\0" * 64)
+    fabric = read_fabric(HostFS(tmp_path), {"health": {"gpudirect_rdma": True}}, None)
+    assert fabric.acs == {"0000:00:01.0": None}
+    result = pcie_acs(
+        Snapshot(root=str(tmp_path), fabric=fabric, expected={"health": {"gpudirect_rdma": True}})
+    )
+    assert result.status is Status.SKIP and "need root" in result.summary
+
+
+def test_memlock_is_slurmd_s_own_limit_when_slurmd_runs(tmp_path: Path) -> None:
+    write(tmp_path, "/proc/4242/comm", "slurmd\n")
+    write(
+        tmp_path,
+        "/proc/4242/limits",
+        "Limit  Soft Limit  Hard Limit  Units\n"
+        "Max locked memory         65536                65536                bytes\n",
+    )
+    fabric = read_fabric(HostFS(tmp_path), {"health": {"gpudirect_rdma": True}}, None)
+    assert (fabric.memlock_bytes, fabric.memlock_source) == (65536, "slurmd (pid 4242)")
+    result = memlock(
+        Snapshot(root=str(tmp_path), fabric=fabric, expected={"health": {"gpudirect_rdma": True}})
+    )
+    assert result.status is Status.FAIL and "64 KiB for slurmd (pid 4242)" in result.summary
+
+
+def test_emit_expectations_prints_yaml_the_role_validates(tmp_path: Path) -> None:
+    _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0", kind="gpu", numa=1)
+    out = CliRunner().invoke(app, ["audit", "--root", str(tmp_path), "--emit-expectations"])
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert lines[1:] == [
+        "dltune_health_gpu_numa_nodes:",
+        '  "0000:01:00.0": 1',
+        "dltune_health_gpu_nearest_nics: {}",
+    ]
