@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dltune.checks.fabric import judge_gpu_topology, memlock, nearest_nics, pcie_acs
+from dltune.checks.fabric import hca_pcie, judge_gpu_topology, memlock, nearest_nics, pcie_acs
 from dltune.checks.gpu import ecc
 from dltune.checks.storage import judge_nvme
 from dltune.checks.system import memory_errors
@@ -24,7 +24,7 @@ from dltune.probes.fabric import acs_control, parse_memlock
 from dltune.probes.hostfs import HostFS
 from dltune.probes.memory_errors import read_memory_errors
 from dltune.probes.nvme import parse_smart_log
-from dltune.snapshot import Fabric, Gpu, NvmlState, Snapshot
+from dltune.snapshot import Fabric, Gpu, NvmlState, PciDevice, Snapshot
 from tests.real_corpus import Sample, samples
 
 # Published with a quoting prefix (mail "> ", a code comment "// ") or an indent: stripped per line.
@@ -343,3 +343,57 @@ def test_gpu_nic_topology(sample: Sample) -> None:
         assert judge_gpu_topology(facts, None, None)[0] is (Status.WARN if level == "SYS" else Status.PASS)
         assert judge_gpu_topology(facts, None, ["mlx5_99"])[0] is Status.FAIL
     assert picked == expected
+
+
+# --------------------------------------------------------------------------- the PCIe link and its slot
+
+_LIMITED = re.compile(
+    r"(?P<bdf>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):\s+[0-9.]+\s+Gb/s\s+available\s+PCIe\s+bandwidth,\s+"
+    r"limited\s+by\s+(?P<speed>[0-9.]+)\s+GT/s\s+PCIe\s+x(?P<width>[0-9]+)\s+link\s+at\s+\S+\s+\(capable\s+of\s+"
+    r"[0-9.]+\s+Gb/s\s+with\s+(?P<max_speed>[0-9.]+)\s+GT/s\s+PCIe\s+x(?P<max_width>[0-9]+)\s+link\)"
+)
+_LNK = re.compile(r"Lnk(?P<which>Cap|Sta):.*?Speed (?P<speed>[0-9.]+)GT/s[^,]*, Width x(?P<width>[0-9]+)")
+_SLOT = re.compile(r"^(?P<speed>[0-9.]+) GT/s x(?P<width>[0-9]+)")
+
+
+def linked_device(sample: Sample, address: str) -> PciDevice:
+    """The device's link as the sample shows it (the kernel's "limited by" message: its link and what
+    it is capable of; or lspci's LnkSta and LnkCap), below the slot the source names (header SLOT)."""
+    body = " ".join(sample.body.split())
+    found = {m["bdf"]: m for m in _LIMITED.finditer(body)}
+    short = address.removeprefix("0000:")
+    message = found.get(address) or found.get(f"0000:{short}")
+    if message:
+        now, most = (message["speed"], message["width"]), (message["max_speed"], message["max_width"])
+    else:
+        links = {m["which"]: (m["speed"], m["width"]) for m in _LNK.finditer(sample.body)}
+        now, most = links["Sta"], links["Cap"]
+    slot = _SLOT.match(sample.header["SLOT"])
+    assert slot, sample.header["SLOT"]
+    return PciDevice(
+        address,
+        "hca",
+        "0x15b3",
+        "0x020700",
+        link_width=int(now[1]),
+        link_width_max=int(most[1]),
+        link_speed=f"{float(now[0]):.1f} GT/s PCIe",
+        link_speed_max=f"{float(most[0]):.1f} GT/s PCIe",
+        bridges=("slot",),
+        upstream_width_max=int(slot["width"]),
+        upstream_speed_max=f"{float(slot['speed']):.1f} GT/s PCIe",
+    )
+
+
+@pytest.mark.parametrize("sample", samples("pcie_path"), ids=str)
+def test_pcie_links_against_their_slot(sample: Sample) -> None:
+    """fabric.hca_pcie's judgement of a link against the lesser of what the device and its slot
+    support: a Gen5 device in a Gen4 slot, an x16 card in an x8 or x1 slot pass (as designed); a link
+    that trained below a slot that supports more warns or fails."""
+    for part in sample.expect.split("; "):
+        status, address = part.split(" ")
+        device = linked_device(sample, address)
+        (result,) = hca_pcie(Snapshot(root="/", fabric=Fabric(pci=(device,))))
+        assert result.status.value == status, (result.summary, device)
+        # The device end alone would have judged every one of these below its own maximum.
+        assert (device.link_speed, device.link_width) != (device.link_speed_max, device.link_width_max)
