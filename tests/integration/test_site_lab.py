@@ -912,13 +912,17 @@ def test_health_expectations_go_from_role_variables_to_the_audit(lab: None) -> N
     wanted = {
         "dltune_health_ib_ports": [{"device": "mlx5_*", "rate_gbps": 400}],
         "dltune_health_ipoib_interfaces": ["ib0"],
+        "dltune_health_gpu_numa_nodes": {"0000:3b:00.0": 0},
+        "dltune_health_gpu_nearest_nics": {"0000:3b:00.0": ["mlx5_0"]},
     }
     try:
         applied = ansible_playbook(
             "playbooks/dltune.yml", "-i", "inventory", *limit, "-e", json.dumps(wanted)
         )
         assert applied.returncode == 0, applied.stdout[-3000:]
-        assert json.loads(docker_exec(node, "cat", fragment))["ib_ports"] == wanted["dltune_health_ib_ports"]
+        recorded = json.loads(docker_exec(node, "cat", fragment))
+        assert recorded["ib_ports"] == wanted["dltune_health_ib_ports"]
+        assert recorded["gpu_nearest_nics"] == wanted["dltune_health_gpu_nearest_nics"]
         done = audit_as_nobody(node, "--only", "fabric")
         assert done.returncode == 1, done.stderr
         failed = {
@@ -936,6 +940,17 @@ def test_health_expectations_go_from_role_variables_to_the_audit(lab: None) -> N
             json.dumps({"dltune_health_ib_ports": [{"port": 1, "rate_gbps": "fast"}]}),
         )
         assert bad.returncode != 0 and "dltune_health_ib_ports" in bad.stdout, bad.stdout[-2000:]
+        assert docker_exec(node, "cat", fragment) == current, "a refused input changed the fragment"
+        # A GPU named by its index, not its PCI address: refused, naming the variable.
+        bad_topology = ansible_playbook(
+            "playbooks/dltune.yml",
+            "-i",
+            "inventory",
+            *limit,
+            "-e",
+            json.dumps({"dltune_health_gpu_numa_nodes": {"GPU0": 0}}),
+        )
+        assert bad_topology.returncode != 0 and "dltune_health_gpu_numa_nodes" in bad_topology.stdout
         assert docker_exec(node, "cat", fragment) == current, "a refused input changed the fragment"
     finally:
         restored = ansible_playbook("playbooks/dltune.yml", "-i", "inventory", *limit)
