@@ -254,7 +254,8 @@ UNKNOWN_DEVICE = "unknown"
 @dataclass(frozen=True)
 class GpuEvent:
     device: str  # "0000:3b:00" (PCI domain:bus:device, lower case), or UNKNOWN_DEVICE
-    kind: str  # "xid" | "fallen_off_bus" | "init_failed" | "gsp_timeout" | "not_brought_up" | "sxid"
+    # "xid" | "fallen_off_bus" | "init_failed" | "gsp_timeout" | "not_brought_up" | "no_gpu_found" | "sxid"
+    kind: str
     line: str
     xid: int | None = None  # the Xid, or an NVSwitch's SXid
     severity_word: str | None = (
@@ -487,6 +488,9 @@ class NvmeHealth:
     error: str | None = None  # why it was not read
 
 
+UNATTRIBUTED_MEMORY = "unknown"  # MemoryController.name of machine checks no EDAC line attributes
+
+
 @dataclass(frozen=True)
 class MemoryController:
     name: str  # "mc0", or "unknown" for machine checks no EDAC line attributes
@@ -494,6 +498,9 @@ class MemoryController:
     corrected: int | None  # since boot; None: not readable
     uncorrected: int | None
     source: str  # "sysfs", "kernel log", or both
+    # The kernel said the uncorrected error was fatal or in memory ("unknown" only: a bank's status
+    # alone may be a cache or PCIe bank, or a leftover the firmware reports at every boot).
+    fatal: bool = False
 
 
 @dataclass(frozen=True)

@@ -133,36 +133,46 @@ def gpu_bus_id(index: int) -> str:
 ROOT_PORT = "0000:00:1{:01x}.0"  # devices 10-17 of bus 0: clear of the NVSwitches at 0000:0N:01.0
 
 
-def root_port(root: Path, index: int, acs_control: int = 0) -> None:
-    """A PCIe root port (0000:00:1<index>.0) above a GPU and an adapter: Gen5 x16, ACS as root reads
-    it from the config space (an extended capability list: AER at 0x100, then ACS at 0x148)."""
-    base = f"/sys/devices/pci0000:00/{ROOT_PORT.format(index)}"
+SWITCH_PORT = "0000:e{:01x}:00.0"
+
+
+def _bridge(root: Path, path: str, acs_control: int) -> None:
+    """A PCIe bridge at /sys/devices/<path>: Gen5 x16, its config space as root reads it (an extended
+    capability list: AER at 0x100, then ACS at 0x148 with the given control register)."""
+    base = f"/sys/devices/{path}"
     write(root, f"{base}/max_link_speed", "32.0 GT/s PCIe\n")
     write(root, f"{base}/max_link_width", "16\n")
     config = bytearray(4096)
     config[0x100:0x104] = (0x0001 | (1 << 16) | (0x148 << 20)).to_bytes(4, "little")
     config[0x148:0x14C] = (0x000D | (1 << 16)).to_bytes(4, "little")
     config[0x14E:0x150] = acs_control.to_bytes(2, "little")
-    path = root / base.lstrip("/") / "config"
-    path.write_bytes(bytes(config))
-    link = root / "sys/bus/pci/devices" / ROOT_PORT.format(index)
+    (root / base.lstrip("/") / "config").write_bytes(bytes(config))
+    address = path.rsplit("/", 1)[-1]
+    link = root / "sys/bus/pci/devices" / address
     link.parent.mkdir(parents=True, exist_ok=True)
-    link.symlink_to(f"../../../devices/pci0000:00/{ROOT_PORT.format(index)}")
+    link.symlink_to(f"../../../devices/{path}")
+
+
+def root_port(root: Path, index: int, acs_control: int = 0) -> str:
+    """A PCIe root port (0000:00:1<index>.0) and a switch port below it (0000:e<index>:00.0, with the
+    given ACS control) above a GPU and an adapter; returns the path the devices go under."""
+    port = f"pci0000:00/{ROOT_PORT.format(index)}"
+    _bridge(root, port, 0x1F)  # root ports' ACS is not judged: the kernel may set it with the IOMMU
+    _bridge(root, f"{port}/{SWITCH_PORT.format(index)}", acs_control)
+    return f"{port}/{SWITCH_PORT.format(index)}"
 
 
 def hgx_node(root: Path, gpus: int = 8, ports: int = 8, port_rate: int = 400) -> None:
     """An HGX-class node: ``gpus`` GPUs at the fake NVML's bus ids, four NVSwitches, ``ports`` NDR
     adapters (one port each, all active) with IPoIB on the first, Fabric Manager running."""
-    for index in range(max(gpus, ports)):
-        root_port(root, index)
+    parents = [root_port(root, index) for index in range(max(gpus, ports))]
     for index in range(gpus):
-        pci_device(root, gpu_bus_id(index), aer={}, parent=f"pci0000:00/{ROOT_PORT.format(index)}")
+        pci_device(root, gpu_bus_id(index), aer={}, parent=parents[index])
     for switch in range(4):
         pci_device(root, f"0000:0{switch}:01.0", device_class="0x068000", aer={})
     for index in range(ports):
         address = f"0000:{0x1A + 0x10 * index:02x}:00.0"
-        parent = f"pci0000:00/{ROOT_PORT.format(index)}"
-        pci_device(root, address, vendor="0x15b3", device_class="0x020700", aer={}, parent=parent)
+        pci_device(root, address, vendor="0x15b3", device_class="0x020700", aer={}, parent=parents[index])
         ib_port(root, Port(f"mlx5_{index}", rate_gbps=port_rate), address)
     write(
         root,

@@ -100,7 +100,8 @@ SPECS: tuple[tuple[str, Spec], ...] = (
     # Volta has no bf16 and no tf32 Tensor Core path: fp16 is its Tensor Core dtype.
     (r"V100S-PCIE-32GB", Spec("V100S PCIe", {"fp16": 130.0, "fp32": 16.4}, 1134)),
     (r"V100-PCIE-(?:16|32)GB", Spec("V100 PCIe", {"fp16": 112.0, "fp32": 14.0}, 900)),
-    (r"V100-SXM2-(?:16|32)GB(?:-LS)?", Spec("V100 SXM2", {"fp16": 125.0, "fp32": 15.7}, 900)),
+    # DGX-2's V100 SXM3 32GB: the SXM2 figures (its higher power limit is not in NVIDIA's datasheet).
+    (r"V100-SXM[23]-(?:16|32)GB(?:-LS|-H)?", Spec("V100 SXM2", {"fp16": 125.0, "fp32": 15.7}, 900)),
 )
 _COMPILED = tuple((re.compile(pattern), spec) for pattern, spec in SPECS)
 # MIG GPU instances ("MIG 1g.10gb", "MIG 7g.80gb") and compute instances ("MIG 1c.4g.48gb").

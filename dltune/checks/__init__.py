@@ -21,11 +21,24 @@ TABLES = {"mountinfo": "/proc/self/mountinfo", "fstab": "/etc/fstab"}
 MANIFEST_PREFIX = "manifest:"
 
 
-def counter_rises(snap: Snapshot, check_id: str, subject: str, now: Mapping[str, int]) -> dict[str, int]:
-    """How much each counter rose since the previous audit (``--previous``; a counter that went down
-    was reset). A check records its counters as ``evidence["counters"]`` for the next audit to read."""
+def counter_rises(
+    snap: Snapshot, check_id: str, subject: str, now: Mapping[str, int], reset_is_new: bool = False
+) -> dict[str, int]:
+    """How much each counter rose since the previous audit (``--previous``). A counter below its previous
+    value was reset since (a reboot, a driver reload): with ``reset_is_new`` all it holds now came after
+    the previous audit (errors counted since boot); without, it is left out (link counters, where the
+    reboot itself counts events). A check records its counters as ``evidence["counters"]`` for the next
+    audit to read."""
     before = snap.previous.get(f"{check_id}|{subject}", {})
-    return {name: now[name] - before[name] for name in now if name in before and now[name] > before[name]}
+    rises = {}
+    for name, value in now.items():
+        if name not in before:
+            continue
+        if value >= before[name]:
+            rises[name] = value - before[name]
+        elif reset_is_new:
+            rises[name] = value
+    return {name: rise for name, rise in rises.items() if rise > 0}
 
 
 def check(check_id: str, needs: Sequence[str] = ()) -> Callable[[CheckFn], CheckFn]:

@@ -355,12 +355,14 @@ def expected_link(device: PciDevice) -> tuple[int | None, float | None, str]:
     """The width and speed the device's link should train at: the lesser of what the device and the
     port above it (its slot) support. A Gen5 adapter in a Gen4 slot runs at Gen4 by design (judging the
     device end alone cordoned healthy nodes: scitix/sichek PR #122)."""
-    width, speed = device.link_width_max, _gts(device.link_speed_max) if device.link_speed_max else None
+    width = device.link_width_max or None
+    speed = (_gts(device.link_speed_max) or None) if device.link_speed_max else None
     limited_by = "the device"
-    if device.upstream_width_max is not None and width is not None and device.upstream_width_max < width:
+    slot_speed = _gts(device.upstream_speed_max) if device.upstream_speed_max else 0.0  # "Unknown": 0
+    if device.upstream_width_max and width is not None and device.upstream_width_max < width:
         width, limited_by = device.upstream_width_max, f"its slot ({device.bridges[-1]})"
-    if device.upstream_speed_max and speed is not None and _gts(device.upstream_speed_max) < speed:
-        speed, limited_by = _gts(device.upstream_speed_max), f"its slot ({device.bridges[-1]})"
+    if slot_speed and speed is not None and slot_speed < speed:
+        speed, limited_by = slot_speed, f"its slot ({device.bridges[-1]})"
     return width, speed, limited_by
 
 
@@ -672,7 +674,7 @@ def fabric_manager(snap: Snapshot) -> Result:
 # guide: "If PCI switches have ACS enabled, it needs to be disabled" (bare metal; a VM needs ACS).
 ACS_REDIRECT = {0x04: "ReqRedir", 0x08: "CmpltRedir", 0x20: "EgressCtrl"}
 ACS_REMEDY = (
-    "disable ACS redirection on the bridges above the GPUs and adapters (BIOS: ACS off / PCIe ACS "
+    "disable ACS redirection on the PCIe switch ports above the GPUs and adapters (BIOS: ACS off / PCIe ACS "
     "control; or `setpci -s <bdf> ECAP_ACS+0x6.w=0000` at every boot, or the kernel's "
     "pci=disable_acs_redir=<bdf>); inside a VM keep ACS and enable ATS on the adapters instead"
 )
@@ -680,13 +682,20 @@ ACS_REMEDY = (
 
 @check("fabric.pcie_acs", needs=("manifest:health",))
 def pcie_acs(snap: Snapshot) -> Result:
-    """ACS redirection on a bridge between a GPU and an RDMA adapter sends GPUDirect traffic through the
-    CPU's root complex: a fraction of the bandwidth, or a hang (NCCL troubleshooting, "PCI ACS")."""
+    """ACS redirection on a PCIe switch port above a GPU or an RDMA adapter sends GPUDirect traffic that
+    could turn around in the switch up through the CPU's root complex: a fraction of the bandwidth, or a
+    hang (NCCL troubleshooting, "PCI ACS": "If PCI switches have ACS enabled, it needs to be disabled").
+    Root ports are not judged: between root ports the traffic crosses the root complex anyway."""
     if not _health(snap).get("gpudirect_rdma"):
         return Result("fabric.pcie_acs", Status.SKIP, f"GPUDirect RDMA not required ({HEALTH_VARIABLES})")
     acs = snap.fabric.acs
     if not acs:
-        return Result("fabric.pcie_acs", Status.SKIP, "no PCI bridge above a GPU or RDMA adapter")
+        # Devices on root ports of their own reach each other through the root complex anyway.
+        return Result(
+            "fabric.pcie_acs",
+            Status.PASS,
+            "no PCIe switch above the GPUs and adapters: nothing for ACS to redirect",
+        )
     unread = sorted(b for b, value in acs.items() if value is None)
     redirecting = {
         bridge: [name for bit, name in ACS_REDIRECT.items() if value & bit]
@@ -703,8 +712,8 @@ def pcie_acs(snap: Snapshot) -> Result:
         return Result(
             "fabric.pcie_acs",
             Status.FAIL,
-            f"ACS redirects peer-to-peer traffic on {len(redirecting)} bridge(s) above the GPUs and "
-            f"adapters ({named})",
+            f"ACS redirects peer-to-peer traffic on {len(redirecting)} PCIe switch port(s) above the "
+            f"GPUs and adapters ({named})",
             evidence=evidence,
             remedy=ACS_REMEDY,
         )
@@ -712,13 +721,13 @@ def pcie_acs(snap: Snapshot) -> Result:
         return Result(
             "fabric.pcie_acs",
             Status.SKIP,
-            "the bridges' ACS registers need root to read (extended config space): audit as root",
+            "the switch ports' ACS registers need root to read (extended config space): audit as root",
             evidence=evidence,
         )
     return Result(
         "fabric.pcie_acs",
         Status.PASS,
-        f"no ACS redirection on the {len(acs) - len(unread)} bridge(s) above the GPUs/adapters"
+        f"no ACS redirection on the {len(acs) - len(unread)} PCIe switch port(s) above the GPUs and adapters"
         + (f" ({len(unread)} not readable)" if unread else ""),
         evidence=evidence,
     )
@@ -764,7 +773,9 @@ def link_level(a: PciDevice, b: PciDevice) -> str | None:
     if a.host_bridge is None or b.host_bridge is None:
         return None
     if a.host_bridge != b.host_bridge:
-        return "NODE" if a.numa_node is not None and a.numa_node == b.numa_node else "SYS"
+        if a.numa_node is None or b.numa_node is None:
+            return None  # the firmware gave no NUMA node (-1): same socket or not is unknown
+        return "NODE" if a.numa_node == b.numa_node else "SYS"
     common = 0
     for mine, theirs in zip(a.bridges, b.bridges, strict=False):
         if mine != theirs:
@@ -826,7 +837,9 @@ def judge_gpu_topology(
     if numa_wanted is not None and facts["numa_node"] != numa_wanted:
         problems.append(f"on NUMA node {facts['numa_node']}, the site expects {numa_wanted}")
     if nics_wanted is not None:
-        wanted = {nics_wanted} if isinstance(nics_wanted, str) else set(nics_wanted)  # type: ignore[call-overload]
+        # A name or a list of names; anything else in the manifest is compared as its text.
+        listed = nics_wanted if isinstance(nics_wanted, list) else [nics_wanted]
+        wanted = {str(name) for name in listed}
         if set(facts["nearest_nics"]) != wanted:
             problems.append(
                 f"nearest adapter(s) {', '.join(facts['nearest_nics']) or 'none'} ({facts['level']}), "

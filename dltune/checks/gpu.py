@@ -182,7 +182,7 @@ def _judge_ecc(g: Gpu, snap: Snapshot) -> Verdict:
     metrics = {name: float(value) for name, value in counters.items()}
     if g.ecc_uncorrected_volatile is None and g.remapped_rows_failure is None and not counters:
         return Verdict(Status.SKIP, "ECC and row remapping not supported")
-    rose = counter_rises(snap, "gpu.ecc", _subject(g), counters)
+    rose = counter_rises(snap, "gpu.ecc", _subject(g), counters, reset_is_new=True)
     if g.remapped_rows_failure:
         return Verdict(
             Status.FAIL,
@@ -606,6 +606,17 @@ EVENT_BUCKETS = {
     "init_failed": "RESTART_BM",
     "gsp_timeout": "RESET_GPU",
     "not_brought_up": "NOT_BROUGHT_UP",
+    "no_gpu_found": "NOT_BROUGHT_UP",
+}
+# What NVIDIA's catalog advises for the buckets that leave the GPU in service.
+BUCKET_ADVICE = {
+    "RESTART_APP": "restart the application",
+    "IGNORE": "no action needed",
+    "RESTART_VM": "restart the VM",
+    "CHECK_UVM": "reset the GPU if UVM or vGPU is in use",
+    "UPDATE_SWFW": "update the driver or firmware",
+    "WORKFLOW_XID_45": "seen alone: restart Fabric Manager",
+    "NOT_BROUGHT_UP": "the driver found no GPU, and none is expected on this node",
 }
 WORST_FIRST = ("RESTART_BM", "RESET_GPU", "NOT_BROUGHT_UP", "CONTACT_SUPPORT", "CHECK_MECHANICALS")
 BUCKET_REMEDY = {
@@ -635,6 +646,17 @@ def _bucket(event: GpuEvent) -> str:
     if entry is None or entry.bucket is None:
         return UNKNOWN_XID
     return WORKFLOW_BUCKETS.get(entry.bucket, entry.bucket)
+
+
+def _advice(buckets: list[str]) -> str:
+    said = sorted({BUCKET_ADVICE[b] for b in buckets if b in BUCKET_ADVICE})
+    return "NVIDIA's catalog: " + "; ".join(said) if said else "the GPU stays in service"
+
+
+def _gpus_expected(snap: Snapshot) -> bool:
+    """Whether this node should have GPUs: the driver role counted some, NVML or the PCI bus shows one."""
+    counted = snap.expected.get("nvidia_driver", {}).get("gpu_count")
+    return bool(counted) or bool(snap.nvml.gpus) or any(d.kind == "gpu" for d in snap.fabric.pci)
 
 
 def _label(event: GpuEvent) -> str:
@@ -674,10 +696,17 @@ def xid(snap: Snapshot) -> list[Result]:
         labels = [_label(e) for e in events]
         # Xid 154 states the current recovery action: a later "to 0x0 (None)" means it was cleared.
         recovery = [e for e in events if e.xid == 154]
-        serious = sorted({label for label, b in zip(labels, buckets, strict=True) if b in TAKES_GPU_OUT})
-        if recovery and recovery[-1].recovery_action == 0:
-            serious = [label for label in serious if not label.startswith("Xid 154")]
-        worst = next((b for b in WORST_FIRST if b in buckets), None)
+        cleared = bool(recovery) and recovery[-1].recovery_action == 0
+        taking_out = [
+            (label, b)
+            for label, b, e in zip(labels, buckets, events, strict=True)
+            if b in TAKES_GPU_OUT and not (cleared and e.xid == 154)
+        ]
+        if device == UNKNOWN_DEVICE and not _gpus_expected(snap):
+            # "No NVIDIA GPU found" on a node nobody said has GPUs: the driver loaded on a CPU node.
+            taking_out = [(label, b) for label, b in taking_out if label != "no gpu found"]
+        serious = sorted({label for label, _ in taking_out})
+        worst = next((b for b in WORST_FIRST if b in {b for _, b in taking_out}), None)
         counts = dict(Counter(labels))
         unlisted = sorted({label for label, b in zip(labels, buckets, strict=True) if b == UNKNOWN_XID})
         subject = device if device.startswith("minor") or device == UNKNOWN_DEVICE else f"PCI:{device}"
@@ -721,7 +750,7 @@ def xid(snap: Snapshot) -> list[Result]:
                 + (
                     f" ({', '.join(unlisted)}: no action in {CATALOG_EDITION}; look it up at {CATALOG_URL})"
                     if unlisted
-                    else " (the application's error, per NVIDIA's catalog: restart it)"
+                    else f" ({_advice(buckets)})"
                 ),
                 subject=subject,
                 evidence=evidence,
@@ -777,7 +806,9 @@ def sxid(snap: Snapshot) -> list[Result]:
         fatal = [c for c in codes if words.get(c) == "Fatal" or c in SXID_FATAL]
         labels = [f"SXid {c} {words.get(c, 'severity not stated')}" for c in codes]
         evidence = {"sxids": labels, "first_lines": [e.line for e in events[:5]]}
-        metrics = {"sxid_events": float(len(events))}
+        # An SXid prints a line with its severity, then "Severity ..." and "Data {...}" lines: one event.
+        stated = sum(1 for e in events if e.severity_word)
+        metrics = {"sxid_events": float(stated or len(events))}
         if fatal:
             results.append(
                 Result(

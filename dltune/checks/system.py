@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dltune.checks import check, counter_rises
 from dltune.model import Result, Status
-from dltune.snapshot import Snapshot
+from dltune.snapshot import UNATTRIBUTED_MEMORY, Snapshot
 
 
 @check("system.reboot_required")
@@ -115,6 +115,10 @@ MEMORY_FAIL_REMEDY = (
     "drain the node and replace the DIMM the controller's errors point to (`edac-util -v`, "
     "`ras-mc-ctl --errors`, the BMC's SEL); uncorrected memory errors can corrupt a job's data"
 )
+MACHINE_CHECK_REMEDY = (
+    "decode the bank (`mcelog --client`, `ras-mc-ctl --errors`, the BMC's SEL): a memory bank's error needs "
+    "the DIMM replaced, another bank's the CPU or device looked at"
+)
 MEMORY_WARN_REMEDY = (
     "watch the rate (`--previous`: a rise between audits); a DIMM logging corrected errors steadily "
     "is failing: schedule its replacement (`edac-util -v` names it)"
@@ -149,16 +153,23 @@ def memory_errors(snap: Snapshot) -> list[Result]:
     results = []
     for mc in found.controllers:
         counters = {"corrected": mc.corrected or 0, "uncorrected": mc.uncorrected or 0}
-        rose = counter_rises(snap, "system.memory_errors", mc.name, counters)
+        rose = counter_rises(snap, "system.memory_errors", mc.name, counters, reset_is_new=True)
         evidence: dict[str, object] = {"counters": counters, "source": mc.source}
         if mc.driver:
             evidence["controller"] = mc.driver
         metrics = {k: float(v) for k, v in counters.items()}
         key = f"system.memory_errors|{mc.name}"
         where = (
-            "machine checks no controller claims" if mc.name == "unknown" else f"memory controller {mc.name}"
+            "machine checks no controller claims"
+            if mc.name == UNATTRIBUTED_MEMORY
+            else f"memory controller {mc.name}"
         )
-        if counters["uncorrected"]:
+        if counters["uncorrected"] and mc.name == UNATTRIBUTED_MEMORY and not mc.fatal:
+            # A bank's status alone: maybe a cache or PCIe bank, or a leftover the firmware reports at
+            # every boot; never a reason to drain by itself.
+            status, remedy = Status.WARN, MACHINE_CHECK_REMEDY
+            summary = f"{counters['uncorrected']} uncorrected machine check(s) no memory controller claims"
+        elif counters["uncorrected"]:
             status, remedy = Status.FAIL, MEMORY_FAIL_REMEDY
             summary = f"{counters['uncorrected']} uncorrected memory error(s) on {where} since boot"
         elif counters["corrected"] and (key not in snap.previous or rose):

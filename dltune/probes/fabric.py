@@ -377,7 +377,8 @@ def read_fabric(
     memlock, memlock_source = read_memlock(fs) if gpudirect else (None, "not read")
     return Fabric(
         pci=pci,
-        acs=read_acs(fs, (b for d in pci if d.kind in ("gpu", "hca") for b in d.bridges))
+        # The switch ports (below the root ports): ACS there turns peer traffic away from the switch.
+        acs=read_acs(fs, (b for d in pci if d.kind in ("gpu", "hca") for b in d.bridges[1:]))
         if gpudirect
         else {},
         memlock_bytes=memlock,

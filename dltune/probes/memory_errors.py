@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from dltune.probes.hostfs import HostFS
+from dltune.snapshot import UNATTRIBUTED_MEMORY as UNATTRIBUTED
 from dltune.snapshot import MemoryController, MemoryErrors
 from dltune.text import decimal
 
@@ -37,7 +38,6 @@ _EDAC_MCE = re.compile(
 _MCE = re.compile(r"Machine Check: [0-9]+ Bank [0-9]+: (?P<status>[0-9a-fA-F]{16})")
 _FATAL = re.compile(r"Fatal machine check|Uncorrected hardware memory error|Fatal local machine check")
 MCA_STATUS_UC = 1 << 61
-UNATTRIBUTED = "unknown"
 
 
 @dataclass
@@ -67,19 +67,22 @@ def _controller(fs: HostFS, name: str) -> MemoryController:
         parts = sorted(p.name for p in fs.path(base).iterdir() if _PART.fullmatch(p.name))
     except OSError:
         parts = []
-    part_ce = part_ue = 0
+    # The same errors are counted per DIMM, per rank and per legacy csrow: the largest sum of one kind.
+    part_ce: dict[str, int] = {}
+    part_ue: dict[str, int] = {}
     for part in parts:
-        prefix = "dimm_" if not part.startswith("csrow") else ""
+        kind = part.rstrip("0123456789")
+        prefix = "dimm_" if kind != "csrow" else ""
         corrected_here = _count(fs, f"{base}/{part}/{prefix}ce_count")
-        if corrected_here is None and part.startswith("csrow"):
+        if corrected_here is None and kind == "csrow":
             corrected_here = _channels_corrected(fs, f"{base}/{part}")
-        part_ce += corrected_here or 0
-        part_ue += _count(fs, f"{base}/{part}/{prefix}ue_count") or 0
+        part_ce[kind] = part_ce.get(kind, 0) + (corrected_here or 0)
+        part_ue[kind] = part_ue.get(kind, 0) + (_count(fs, f"{base}/{part}/{prefix}ue_count") or 0)
     return MemoryController(
         name,
         fs.read_stripped(f"{base}/mc_name"),
-        None if corrected is None and not parts else max(corrected or 0, part_ce),
-        None if uncorrected is None and not parts else max(uncorrected or 0, part_ue),
+        None if corrected is None and not parts else max(corrected or 0, *part_ce.values(), 0),
+        None if uncorrected is None and not parts else max(uncorrected or 0, *part_ue.values(), 0),
         "sysfs",
     )
 
@@ -96,15 +99,21 @@ def read_edac(fs: HostFS) -> tuple[MemoryController, ...] | None:
     return tuple(_controller(fs, name) for name in names) if names else None
 
 
+# long: three kinds of lines, then which of them stand for the same errors
 def parse_memory_log(text: str) -> tuple[MemoryController, ...]:
-    """Memory errors the kernel log reports, per controller ("mcN", or "unknown" for machine checks
-    no EDAC line attributes)."""
-    counts: dict[str, _Counts] = {}
+    """Memory errors the kernel log reports, per controller ("mcN"), and the machine checks no EDAC line
+    attributes as controller "unknown": counted only where no EDAC line already counts errors of their
+    kind (the same error is printed by both), and ``fatal`` only for the kernel's own words for a fatal
+    or uncorrected memory error (a bank's status alone may be a cache or PCIe bank, or a leftover the
+    firmware reports at every boot)."""
+    counted: dict[str, _Counts] = {}  # "EDAC MC0: 4 CE ..." lines
+    events: dict[str, _Counts] = {}  # one error each: "EDAC MC1: CE page ...", "Machine Check Event"
     unattributed = _Counts()
+    fatal = False
     for line in text.splitlines():
         match = _EDAC_COUNT.search(line)
         if match:
-            found = counts.setdefault(f"mc{match['mc']}", _Counts())
+            found = counted.setdefault(f"mc{match['mc']}", _Counts())
             number = decimal(match["n"]) or 0
             if match["kind"] == "CE":
                 found.corrected += number
@@ -113,12 +122,11 @@ def parse_memory_log(text: str) -> tuple[MemoryController, ...]:
             continue
         match = _EDAC_OLD.search(line) or _EDAC_MCE.search(line)
         if match:
-            found = counts.setdefault(f"mc{match['mc']}", _Counts())
+            found = events.setdefault(f"mc{match['mc']}", _Counts())
             status = match.groupdict().get("status")
-            uncorrected = match.groupdict().get("kind") == "UE" or (
-                status is not None and bool(int(status, 16) & MCA_STATUS_UC)
-            )
-            if uncorrected:
+            if match.groupdict().get("kind") == "UE" or (
+                status is not None and int(status, 16) & MCA_STATUS_UC
+            ):
                 found.uncorrected += 1
             else:
                 found.corrected += 1
@@ -131,13 +139,21 @@ def parse_memory_log(text: str) -> tuple[MemoryController, ...]:
                 unattributed.corrected += 1
         elif _FATAL.search(line):
             unattributed.uncorrected += 1
+            fatal = True
+    # sbridge and skx print both "Machine Check Event" and "1 CE memory ... error": the counted lines win.
+    per_controller = {name: counted.get(name) or events[name] for name in {*counted, *events}}
     controllers = [
-        MemoryController(name, None, c.corrected, c.uncorrected, "kernel log") for name, c in counts.items()
+        MemoryController(name, None, c.corrected, c.uncorrected, "kernel log")
+        for name, c in per_controller.items()
     ]
-    if not controllers and (unattributed.corrected or unattributed.uncorrected):
+    attributed_uncorrected = any(c.uncorrected for c in per_controller.values())
+    attributed_corrected = any(c.corrected for c in per_controller.values())
+    corrected = 0 if attributed_corrected else unattributed.corrected
+    uncorrected = 0 if attributed_uncorrected else unattributed.uncorrected
+    if corrected or uncorrected:
         controllers.append(
             MemoryController(
-                UNATTRIBUTED, None, unattributed.corrected, unattributed.uncorrected, "kernel log"
+                UNATTRIBUTED, None, corrected, uncorrected, "kernel log", fatal=fatal and bool(uncorrected)
             )
         )
     return tuple(sorted(controllers, key=lambda c: c.name))
@@ -160,6 +176,7 @@ def read_memory_errors(fs: HostFS, kernel_log_text: str | None) -> MemoryErrors:
             max(known.corrected or 0, logged.corrected or 0),
             max(known.uncorrected or 0, logged.uncorrected or 0),
             "sysfs and kernel log",
+            fatal=logged.fatal,
         )
     return MemoryErrors(
         edac=sysfs is not None,

@@ -68,7 +68,9 @@ RECOVERY_ACTION = re.compile(
     r"recovery action changed from 0x[0-9a-fA-F]+ \([^)]*\) to 0x(?P<to>[0-9a-fA-F]+) \((?P<name>[^)]*)\)"
 )
 DRIVER_LINE = re.compile(r"NVRM|nvidia")
-PROBE_KINDS = frozenset({"not_brought_up"})  # what a load prints before its banner
+PROBE_KINDS = frozenset({"not_brought_up", "no_gpu_found"})  # what a load prints before its banner
+# The driver loaded and saw no GPU at all: a GPU node's loss, or a node without GPUs.
+NO_GPU_FOUND = re.compile(r"NVRM: No NVIDIA (?:devices|graphics adapter|GPU)s? (?:probed|found)")
 
 
 def _device(match: re.Match[str]) -> str:
@@ -106,6 +108,8 @@ def _event(line: str) -> GpuEvent | None:
     if match:
         device = next(d for d in match.groups() if d)
         return GpuEvent(device.lower(), "not_brought_up", line)
+    if NO_GPU_FOUND.search(line):
+        return GpuEvent(UNKNOWN_DEVICE, "no_gpu_found", line)
     if NOT_BROUGHT_UP_UNNAMED.search(line):
         return GpuEvent(UNKNOWN_DEVICE, "not_brought_up", line)
     match = FALLEN_OFF.search(line)
@@ -128,13 +132,15 @@ class _Loads:
         self.finished: list[list[GpuEvent]] = []
         self.current: list[GpuEvent] = []
         self.started = False  # a start line, a banner or an event opened the current load
-        self.banner = False
+        self.start_logged = False  # opened by nvidia.ko's own first line
+        self.banner_at: int | None = None  # events of the current load before its banner
         self.ended = False  # the current load gave up or was unloaded
 
-    def start(self) -> None:
+    def start(self, logged: bool = False) -> None:
         if self.started:
             self.finished.append(self.current)
-        self.current, self.started, self.banner, self.ended = [], True, False, False
+        self.current, self.started, self.banner_at, self.ended = [], True, None, False
+        self.start_logged = logged
 
     def add(self, event: GpuEvent, line: str) -> None:
         if self.ended and self.finished and NOT_BROUGHT_UP_UNNAMED.search(line):
@@ -145,18 +151,31 @@ class _Loads:
         self.started = True
         self.current.append(event)
 
-    def probed(self) -> None:
-        """The banner of a load whose start was not logged: its probe messages came before it, but a
-        running driver's events (Xids, timeouts) before it belong to an earlier load."""
-        earlier = [e for e in self.current if e.kind not in PROBE_KINDS]
-        if earlier:
-            self.finished.append(earlier)
-            self.current = [e for e in self.current if e.kind in PROBE_KINDS]
+    def banner(self) -> None:
+        """A load's banner. Its probe messages came before it; a load whose start was not logged (an
+        old driver without the Nvlink line) is only known by the banner, so a running driver's events
+        (Xids, timeouts) before it belong to the load before, and a second banner starts a new load
+        with the probe messages printed after the first one."""
+        if self.ended:
+            self.start()
+        elif self.banner_at is not None:
+            after = self.current[self.banner_at :]
+            carried = [e for e in after if e.kind in PROBE_KINDS]
+            self.current = self.current[: self.banner_at] + [e for e in after if e.kind not in PROBE_KINDS]
+            self.start()
+            self.current = carried
+        elif not self.start_logged:
+            earlier = [e for e in self.current if e.kind not in PROBE_KINDS]
+            if earlier:
+                self.finished.append(earlier)
+                self.current = [e for e in self.current if e.kind in PROBE_KINDS]
+        self.started = True
+        self.banner_at = len(self.current)
 
     def end(self) -> None:
         if self.started and not self.ended:
             self.finished.append(self.current)
-            self.current, self.started, self.banner = [], False, False
+            self.current, self.started, self.banner_at = [], False, None
         self.ended = True
 
 
@@ -170,15 +189,11 @@ def parse_nvrm(text: str) -> NvrmLog:
         if not DRIVER_LINE.search(line):
             continue
         if LOAD_START.search(line):
-            loads.start()
+            loads.start(logged=True)
             continue
         if DRIVER_LOAD.search(line):
             banners += 1
-            if loads.banner or loads.ended:
-                loads.start()  # a driver that prints no Nvlink line: a second banner is a new load
-            else:
-                loads.probed()
-            loads.started = loads.banner = True
+            loads.banner()
             continue
         minor = INIT_FAILED_MINOR.search(line)
         if minor:
@@ -193,7 +208,7 @@ def parse_nvrm(text: str) -> NvrmLog:
     earlier = sum(len(load) for load in loads.finished if load is not current)
     if any(e.kind in ("not_brought_up", "init_failed") and e.device != UNKNOWN_DEVICE for e in current):
         # "failed for 2 device(s)" beside the two devices' own lines says nothing more.
-        current = [e for e in current if not (e.kind == "not_brought_up" and e.device == UNKNOWN_DEVICE)]
+        current = [e for e in current if not (e.kind in PROBE_KINDS and e.device == UNKNOWN_DEVICE)]
     if minor_of_unknown_init is not None:
         # "RmInitAdapter failed!" without a device names it on the next line only by minor number.
         current = [

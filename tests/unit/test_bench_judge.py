@@ -32,6 +32,7 @@ from dltune.model import Status
         ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"),
         ("NVIDIA L40S", "L40S"),
         ("Tesla V100-SXM2-32GB", "V100 SXM2"),
+        ("Tesla V100-SXM3-32GB", "V100 SXM2"),
     ],
 )
 def test_device_names_map_to_their_dense_spec(name: str, model: str) -> None:

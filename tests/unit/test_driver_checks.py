@@ -236,3 +236,32 @@ def test_every_catalog_code_has_a_bucket_dltune_judges() -> None:
     for code in XID_CATALOG:
         result = _xid_results(f"NVRM: Xid (PCI:0000:65:00): {code}, x\n")["PCI:0000:65:00"]
         assert result.status in (Status.WARN, Status.FAIL), (code, result)
+
+
+def test_no_gpu_found_drains_a_gpu_node_and_only_warns_where_no_gpu_is_expected() -> None:
+    """The driver loaded on a node built from the GPU image but without GPUs says "No NVIDIA GPU
+    found": no reason to drain it; on a node the driver role counted GPUs on, it is the loss of all."""
+    log = "NVRM: No NVIDIA GPU found.\n"
+    (cpu_node,) = xid(Snapshot(root="/", kernel_log=kernel_log_of(log)))
+    assert (cpu_node.status, cpu_node.critical) == (
+        Status.WARN,
+        False,
+    ) and "none is expected" in cpu_node.summary
+    counted = {"nvidia_driver": {"gpu_count": 8}}
+    (gpu_node,) = xid(Snapshot(root="/", kernel_log=kernel_log_of(log), expected=counted))
+    assert (gpu_node.status, gpu_node.critical) == (Status.FAIL, True)
+
+
+def test_a_probe_failure_belongs_to_the_load_whose_banner_follows_it() -> None:
+    """Without the Nvlink line (old drivers), a second banner starts a new load that keeps the probe
+    failure printed before it; with the Nvlink line, a GPU lost between it and the banner stays in
+    that load."""
+    banner = "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.127.05\n"
+    old_xid = "NVRM: Xid (PCI:0000:3b:00): 13, pid=1, Graphics Exception\n"
+    probe = "nvidia: probe of 0000:5d:00.0 failed with error -1\n"
+    results = _xid_results(banner + old_xid + probe + banner)
+    assert {s: r.status for s, r in results.items()} == {"PCI:0000:5d:00": Status.FAIL}
+    start = "nvidia-nvlink: Nvlink Core is being initialized, major device number 509\n"
+    lost = "NVRM: GPU at 0000:3b:00.0 has fallen off the bus.\n"
+    results = _xid_results(start + lost + banner)
+    assert results["PCI:0000:3b:00"].status is Status.FAIL

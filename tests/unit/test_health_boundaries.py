@@ -18,8 +18,17 @@ from dltune.probes.fabric import read_fabric
 from dltune.probes.hostfs import HostFS
 from dltune.probes.memory_errors import parse_memory_log
 from dltune.probes.packages import kernel_log_of
-from dltune.snapshot import Gpu, MemoryController, MemoryErrors, NvmeHealth, NvmlState, Snapshot
-from tests.fabric_tree import write
+from dltune.snapshot import (
+    Fabric,
+    Gpu,
+    MemoryController,
+    MemoryErrors,
+    NvmeHealth,
+    NvmlState,
+    PciDevice,
+    Snapshot,
+)
+from tests.fabric_tree import root_port, write
 
 
 def _ecc(gpu: Gpu, previous: dict[str, dict[str, int]] | None = None) -> tuple[Status, str]:
@@ -264,11 +273,13 @@ def test_topology_against_the_site_s_expectations_and_emitted_from_a_healthy_nod
 
 
 def test_acs_needs_root_to_read_and_a_user_s_audit_says_so(tmp_path: Path) -> None:
-    """A user reads the first 64 bytes of a bridge's config space: the ACS register is beyond them."""
-    _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0", kind="gpu")
-    write(tmp_path, "/sys/bus/pci/devices/0000:00:01.0/config", "\0" * 64)
+    """A user reads the first 64 bytes of a bridge's config space: the ACS register is beyond them. Only
+    the switch ports below the root port are read."""
+    _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0", kind="gpu")
+    for bridge in ("0000:01:00.0", "0000:02:00.0"):
+        write(tmp_path, f"/sys/bus/pci/devices/{bridge}/config", "\0" * 64)
     fabric = read_fabric(HostFS(tmp_path), {"health": {"gpudirect_rdma": True}}, None)
-    assert fabric.acs == {"0000:00:01.0": None}
+    assert fabric.acs == {"0000:01:00.0": None, "0000:02:00.0": None}, "the root port 00:01.0 is not read"
     result = pcie_acs(
         Snapshot(root=str(tmp_path), fabric=fabric, expected={"health": {"gpudirect_rdma": True}})
     )
@@ -301,3 +312,91 @@ def test_emit_expectations_prints_yaml_the_role_validates(tmp_path: Path) -> Non
         '  "0000:01:00.0": 1',
         "dltune_health_gpu_nearest_nics: {}",
     ]
+
+
+def _memory_of_log(text: str) -> dict:
+    snap = Snapshot(root="/", memory_errors=MemoryErrors(False, True, parse_memory_log(text)))
+    return {r.subject: r for r in memory_errors(snap)}
+
+
+def test_a_machine_check_alone_warns_and_only_the_kernel_s_fatal_words_drain() -> None:
+    """A bank's uncorrected status may be a cache or PCIe bank, or what the firmware reports at every
+    boot (TSC 0): a warning, never a drain; "Uncorrected hardware memory error" or a fatal machine check
+    is a critical fail. An uncorrected machine check beside an EDAC line that counts only corrected
+    errors is kept (not hidden by it)."""
+    leftover = (
+        "mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 6: ee2000000003110a\n"
+        "mce: [Hardware Error]: TSC 0\n"
+    )
+    result = _memory_of_log(leftover)["unknown"]
+    assert (result.status, result.critical) == (Status.WARN, False)
+    memory = (
+        leftover + "Memory failure: 0x7740c0: Uncorrected hardware memory error in user-access at 7e025e400\n"
+    )
+    result = _memory_of_log(memory)["unknown"]
+    assert (result.status, result.critical) == (Status.FAIL, True)
+    beside = "EDAC MC0: 1 CE memory read error on CPU_SrcID#0_MC#0_Chan#1_DIMM#0\n" + leftover
+    results = _memory_of_log(beside)
+    assert results["mc0"].status is Status.WARN and results["unknown"].status is Status.WARN
+
+
+def test_one_error_printed_as_an_event_and_a_count_is_counted_once() -> None:
+    """sbridge/skx print "HANDLING MCE MEMORY ERROR ... Machine Check Event" and "1 CE memory ... error"
+    for the same error."""
+    text = (
+        "EDAC sbridge MC1: CPU 1: Machine Check Event: 0 Bank 11: 8c00004f000800c2\n"
+        "EDAC MC1: 1 CE memory scrubbing error on CPU_SrcID#1_Ha#0_Chan#2_DIMM#0\n"
+    )
+    (controller,) = parse_memory_log(text)
+    assert (controller.name, controller.corrected, controller.uncorrected) == ("mc1", 1, 0)
+
+
+def test_acs_on_a_switch_port_fails_and_on_a_root_port_is_not_judged(tmp_path: Path) -> None:
+    """The root port above carries ReqRedir+ CmpltRedir+ (0x1f; the kernel sets it with the IOMMU on):
+    not judged. The switch port below it with redirection fails, naming it; cleared, it passes."""
+    for acs_control, status in ((0x0C, Status.FAIL), (0x00, Status.PASS)):
+        root = tmp_path / f"acs{acs_control}"
+        parent = root_port(root, 0, acs_control=acs_control)
+        _device(root, f"{parent}/0000:05:00.0", kind="gpu")
+        wanted = {"health": {"gpudirect_rdma": True}}
+        fabric = read_fabric(HostFS(root), wanted, None)
+        result = pcie_acs(Snapshot(root=str(root), fabric=fabric, expected=wanted))
+        assert result.status is status, result.summary
+        assert "0000:00:10.0" not in result.summary
+        if status is Status.FAIL:
+            assert "0000:e0:00.0: ReqRedir+ CmpltRedir+" in result.summary
+
+
+def test_a_counter_reset_since_the_previous_audit_counts_what_it_holds_now() -> None:
+    """100 corrected errors at the previous audit, 50 now: the node rebooted since, and those 50 are new."""
+    results = _memory(
+        MemoryController("mc0", None, 50, 0, "sysfs"),
+        previous={"system.memory_errors|mc0": {"corrected": 100}},
+    )
+    assert results["mc0"].status is Status.WARN and "50 since the previous audit" in results["mc0"].summary
+
+
+def test_unknown_numa_nodes_and_unknown_slot_speeds_are_no_findings() -> None:
+    """Two host bridges with no NUMA node from the firmware (-1: single-socket boards, VMs): the level
+    is unknown, not SYS. A slot whose max_link_speed reads "Unknown" does not excuse a slow link."""
+    a = PciDevice(
+        "0000:01:00.0", "gpu", "0x10de", "0x030200", host_bridge="pci0000:00", bridges=("0000:00:01.0",)
+    )
+    b = PciDevice(
+        "0000:41:00.0", "hca", "0x15b3", "0x020700", host_bridge="pci0000:40", bridges=("0000:40:01.0",)
+    )
+    assert link_level(a, b) is None
+    slow = PciDevice(
+        "0000:41:00.0", "hca", "0x15b3", "0x020700", link_width=16, link_width_max=16,
+        link_speed="8.0 GT/s PCIe", link_speed_max="16.0 GT/s PCIe", bridges=("0000:40:01.0",),
+        upstream_width_max=16, upstream_speed_max="Unknown",
+    )  # fmt: skip
+    (result,) = hca_pcie(Snapshot(root="/", fabric=Fabric(pci=(slow,))))
+    assert result.status is Status.WARN
+
+
+def test_correctable_ecc_after_a_driver_reload_counts_from_zero() -> None:
+    """NVML's volatile counters restart with the driver: 20 now after 1,000 before are 20 new errors."""
+    gpu = Gpu(index=0, ecc_uncorrected_volatile=0, ecc_corrected_volatile=20, remapped_rows_failure=False)
+    status, summary = _ecc(gpu, {"gpu.ecc|0": {"corrected_volatile": 1000}})
+    assert status is Status.WARN and "20 correctable ECC errors since" in summary
