@@ -236,6 +236,8 @@ class Gpu:
     fabric_status: int | None = None
     # The GPU's NVLinks as NVML answers per link; () where it has none (a PCIe card), None: not read.
     nvlinks: tuple[NvLink, ...] | None = None
+    # Queries NVML answered with an error (not "not supported"): query -> NVML's words.
+    nvml_errors: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,7 @@ def present(snap: Snapshot) -> list[Result]:
     ]
     evidence: dict[str, Any] = {
         "visible": len(snap.nvml.gpus),
+        "nvml_errors": {str(g.index): g.nvml_errors for g in healthy if g.nvml_errors},
         "healthy": len(healthy),
         "unreadable": len(unreadable),
         "expected": expected,
@@ -154,6 +155,9 @@ CORRECTABLE_RISE_WARN = 10
 RETIRED_PAGES_FAIL, RETIRED_DBE_FAIL = 63, 16
 
 
+ECC_QUERIES = ("GetTotalEccErrors", "GetRemappedRows", "GetRowRemapperHistogram", "GetRetiredPages")
+
+
 def _memory_counters(g: Gpu) -> dict[str, int]:
     """The GPU's memory error counters the next audit compares with (evidence["counters"])."""
     named = {
@@ -181,6 +185,15 @@ def _judge_ecc(g: Gpu, snap: Snapshot) -> Verdict:
         evidence["remap_histogram"] = dict(histogram)
     metrics = {name: float(value) for name, value in counters.items()}
     if g.ecc_uncorrected_volatile is None and g.remapped_rows_failure is None and not counters:
+        errors = {q: e for q, e in (g.nvml_errors or {}).items() if q in ECC_QUERIES}
+        if errors:
+            return Verdict(
+                Status.WARN,
+                "ECC and row remapping not readable: "
+                + "; ".join(f"NVML {query}: {error}" for query, error in sorted(errors.items())),
+                evidence={"nvml_errors": errors},
+                remedy="reset the GPU or reboot; a GPU whose counters NVML cannot read may be failing",
+            )
         return Verdict(Status.SKIP, "ECC and row remapping not supported")
     rose = counter_rises(snap, "gpu.ecc", _subject(g), counters, reset_is_new=True)
     if g.remapped_rows_failure:

@@ -195,16 +195,28 @@ def _gpu(pynvml: Any, index: int) -> tuple[dict[str, Any], Any, dict[int, int] |
         return {"index": index, "error": str(exc)}, None, None
 
     lost: list[str] = []
+    # NVML's errors per query (NVML_ERROR_UNKNOWN and the like): data, never silently "no value". A
+    # device that answers no query at all is lost, as gpustat counts it.
+    failed: dict[str, str] = {}
+    answered: list[str] = []
 
     def field(fn: Callable[..., T], *args: Any) -> T | None:
+        name = getattr(fn, "__name__", "query").removeprefix("nvmlDevice")
         try:
-            return fn(handle, *args)
+            value = fn(handle, *args)
         except pynvml.NVMLError_NotSupported:
+            answered.append(name)
+            return None
+        except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_InvalidArgument):
+            # An older driver's library lacks the query; a link index beyond the GPU's count is invalid.
             return None
         except pynvml.NVMLError as exc:
             if isinstance(exc, pynvml.NVMLError_GpuIsLost) and not lost:
                 lost.append(str(exc))
+            failed.setdefault(name, str(exc))
             return None
+        answered.append(name)
+        return value
 
     def event_reasons() -> int | None:
         getter = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
@@ -272,6 +284,10 @@ def _gpu(pynvml: Any, index: int) -> tuple[dict[str, Any], Any, dict[int, int] |
     )
     if lost:
         return {"index": index, "error": lost[0]}, None, None
+    if failed and not answered:
+        first = next(iter(failed.items()))
+        return {"index": index, "error": f"every NVML query failed ({first[0]}: {first[1]})"}, None, None
+    gpu["nvml_errors"] = failed or None
     return gpu, handle, counters
 
 

@@ -14,15 +14,15 @@
 
 #define MAX_GPUS 16
 enum { OK = 0, UNINIT = 1, INVALID = 2, NOT_SUPPORTED = 3, NO_PERMISSION = 4, NOT_FOUND = 6, INSUFFICIENT = 7,
-       GPU_LOST = 15 };
+       GPU_LOST = 15, UNKNOWN = 999 };
 /* nvml.h field ids dltune reads, and the value types of nvmlFieldValue_t */
 enum { FI_POWER_INSTANT = 186, FI_EVENT_SW_POWER_CAP = 74, FI_EVENT_SYNC_BOOST = 76, FI_EVENT_SW_THERMAL = 269,
        FI_EVENT_HW_THERMAL = 270, FI_EVENT_HW_POWER_BRAKE = 271 };
 enum { VALUE_UINT = 1, VALUE_ULL = 3 };
 
 typedef struct {
-    char name[96], uuid[96], unsupported[512];
-    int lost, persistence, hang, no_permission;
+    char name[96], uuid[96], unsupported[512], failing[512];
+    int lost, persistence, hang, no_permission, unknown_error;
     unsigned processes; /* compute processes running on the GPU (pids 4000 + n) */
     unsigned temp, temp_slowdown, power_mw, power_limit_mw, power_default_mw, power_instant_mw, util;
     unsigned long long energy_base_mj, throttle_after;
@@ -67,6 +67,8 @@ static void set_field(gpu_t *g, const char *key, const char *val) {
     if (!strcmp(key, "name")) snprintf(g->name, sizeof g->name, "%s", val);
     else if (!strcmp(key, "uuid")) snprintf(g->uuid, sizeof g->uuid, "%s", val);
     else if (!strcmp(key, "unsupported")) snprintf(g->unsupported, sizeof g->unsupported, ",%s,", val);
+    else if (!strcmp(key, "failing")) snprintf(g->failing, sizeof g->failing, ",%s,", val);
+    else if (!strcmp(key, "unknown_error")) g->unknown_error = (int)n;
     else if (!strcmp(key, "lost")) g->lost = (int)n;
     else if (!strcmp(key, "persistence")) g->persistence = (int)n;
     else if (!strcmp(key, "hang")) g->hang = (int)n;
@@ -164,17 +166,19 @@ static void load_scenario(void) {
     fclose(f);
 }
 
-static int unsupported(const gpu_t *g, const char *field) {
+static int listed(const char *list, const char *field) {
     char needle[64];
     snprintf(needle, sizeof needle, ",%s,", field);
-    return strstr(g->unsupported, needle) != NULL;
+    return strstr(list, needle) != NULL;
 }
+static int unsupported(const gpu_t *g, const char *field) { return listed(g->unsupported, field); }
 
 #define DEVICE_GUARD(dev, field)                  \
     const gpu_t *g = (const gpu_t *)(dev);        \
     if (!g) return INVALID;                       \
     if (g->hang) hang();                          \
     if (g->lost) return GPU_LOST;                 \
+    if (g->unknown_error || listed(g->failing, field)) return UNKNOWN; \
     if (unsupported(g, field)) return NOT_SUPPORTED;
 
 int nvmlInitWithFlags(unsigned flags) {

@@ -118,6 +118,23 @@ def test_one_lost_gpu_fails_and_the_others_still_report(fake_nvml_dir: Path) -> 
     assert ecc.pop("3") == "skip" and set(ecc.values()) == {"pass"} and len(ecc) == 7
 
 
+def test_nvml_errors_are_data_and_a_gpu_answering_nothing_is_lost(fake_nvml_dir: Path) -> None:
+    """NVML's "Unknown Error" on every query of a GPU: lost (critical), as gpustat counts it, not a
+    healthy GPU with no figures. On its ECC queries only: gpu.ecc warns naming the error (not "not
+    supported") and records the failed queries."""
+    rc, results = audit(fake_nvml_dir, "unknown_error")
+    assert rc == 1
+    lost = results[("gpu.present", "1")]
+    assert lost["status"] == "fail" and lost["critical"] and "every NVML query failed" in lost["summary"]
+    ecc = statuses(results, "gpu.ecc")
+    assert ecc["2"] == "warn" and ecc["0"] == "pass" and ecc["1"] == "skip"
+    assert "Unknown Error" in results[("gpu.ecc", "2")]["summary"]
+    assert set(results[("gpu.ecc", "2")]["evidence"]["nvml_errors"]) == {
+        "GetTotalEccErrors",
+        "GetRemappedRows",
+    }
+
+
 def test_not_supported_fields_skip_without_failing(fake_nvml_dir: Path) -> None:
     rc, results = audit(fake_nvml_dir, "not_supported")
     assert rc == 0
