@@ -120,6 +120,22 @@ def test_an_expected_port_must_be_active_at_its_rate() -> None:
     assert polling.status is Status.FAIL and polling.critical and "Polling" in polling.summary
 
 
+@pytest.mark.parametrize(
+    ("changes", "status", "critical"),
+    [
+        ({"state": "DOWN", "phys_state": "Disabled"}, Status.FAIL, True),  # expected, yet switched off
+        ({"rate_gbps": None}, Status.FAIL, False),  # a rate sysfs did not give cannot meet 400
+        ({"rate_gbps": 399.0}, Status.FAIL, False),
+        ({"rate_gbps": 400.0}, Status.PASS, False),
+        ({"rate_gbps": 800.0}, Status.PASS, False),
+    ],
+)
+def test_an_expected_port_at_each_boundary(changes: dict[str, Any], status: Status, critical: bool) -> None:
+    wanted = expecting({"device": "mlx5_*", "port": 1, "rate_gbps": 400})
+    (result,) = fabric.ib_ports(snap(fabric=Fabric(ib_ports=(port(**changes),)), expected=wanted))
+    assert (result.status, result.critical) == (status, critical), result.summary
+
+
 def test_width_and_link_layer_expectations() -> None:
     wanted = expecting({"device": "mlx5_0", "width": "4X", "link_layer": "InfiniBand"})
     narrow = fabric.ib_ports(snap(fabric=Fabric(ib_ports=(port(width="2X"),)), expected=wanted))[0]
