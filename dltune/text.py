@@ -76,10 +76,11 @@ def visible_data(value: Any) -> Any:
 MAX_DECIMAL_DIGITS = 40
 
 
-def decimal(text: str) -> int | None:
-    """A non-negative decimal number of ASCII digits (at most ``MAX_DECIMAL_DIGITS``), else None:
-    str.isdigit() accepts "²", which int() refuses, and int() accepts "٣", " 7" and "1_0", which no
-    kernel file means. Every digit test on host text goes through here."""
-    if 0 < len(text) <= MAX_DECIMAL_DIGITS and text.isascii() and text.isdigit():
+def decimal(text: str | None) -> int | None:
+    """A non-negative decimal number of ASCII digits (at most ``MAX_DECIMAL_DIGITS``), else None (also
+    for no text: a file that could not be read): str.isdigit() accepts "²", which int() refuses, and
+    int() accepts "٣", " 7" and "1_0", which no kernel file means. Every digit test on host text goes
+    through here."""
+    if text is not None and 0 < len(text) <= MAX_DECIMAL_DIGITS and text.isascii() and text.isdigit():
         return int(text)
     return None

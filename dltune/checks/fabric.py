@@ -58,6 +58,13 @@ def _health(snap: Snapshot) -> Mapping[str, Any]:
     return snap.expected.get("health", {})
 
 
+def _gpudirect_not_required(snap: Snapshot, check_id: str) -> Result | None:
+    """The skip of a GPUDirect RDMA check on a node the site does not require it of."""
+    if _health(snap).get("gpudirect_rdma"):
+        return None
+    return Result(check_id, Status.SKIP, f"GPUDirect RDMA not required ({HEALTH_VARIABLES})")
+
+
 # ------------------------------------------------------------------------------------------ PCIe AER
 
 
@@ -459,8 +466,9 @@ def _kernel_at_least(release: str | None, wanted: tuple[int, int]) -> bool:
 @check("fabric.gpudirect", needs=("manifest:health",))
 def gpudirect(snap: Snapshot) -> Result:
     """Where required: nvidia_peermem loaded, or the DMA-BUF path (open kernel module, Linux >= 5.12)."""
-    if not _health(snap).get("gpudirect_rdma"):
-        return Result("fabric.gpudirect", Status.SKIP, f"GPUDirect RDMA not required ({HEALTH_VARIABLES})")
+    not_required = _gpudirect_not_required(snap, "fabric.gpudirect")
+    if not_required:
+        return not_required
     fabric = snap.fabric
     evidence = {
         "nvidia_peermem": "nvidia_peermem" in snap.kernel_modules,
@@ -686,8 +694,9 @@ def pcie_acs(snap: Snapshot) -> Result:
     could turn around in the switch up through the CPU's root complex: a fraction of the bandwidth, or a
     hang (NCCL troubleshooting, "PCI ACS": "If PCI switches have ACS enabled, it needs to be disabled").
     Root ports are not judged: between root ports the traffic crosses the root complex anyway."""
-    if not _health(snap).get("gpudirect_rdma"):
-        return Result("fabric.pcie_acs", Status.SKIP, f"GPUDirect RDMA not required ({HEALTH_VARIABLES})")
+    not_required = _gpudirect_not_required(snap, "fabric.pcie_acs")
+    if not_required:
+        return not_required
     acs = snap.fabric.acs
     if not acs:
         # Devices on root ports of their own reach each other through the root complex anyway.
@@ -738,8 +747,9 @@ def memlock(snap: Snapshot) -> Result:
     """RDMA registers (pins) the buffers it sends: with a locked-memory limit, NCCL's ibv_reg_mr fails
     or falls back. NVIDIA (NCCL troubleshooting) and SchedMD (Slurm FAQ, "memlock") say unlimited, for
     slurmd itself (LimitMEMLOCK=infinity): job steps get slurmd's limit."""
-    if not _health(snap).get("gpudirect_rdma"):
-        return Result("fabric.memlock", Status.SKIP, f"GPUDirect RDMA not required ({HEALTH_VARIABLES})")
+    not_required = _gpudirect_not_required(snap, "fabric.memlock")
+    if not_required:
+        return not_required
     limit, source = snap.fabric.memlock_bytes, snap.fabric.memlock_source
     evidence = {"memlock_bytes": limit, "of": source}
     if limit is None:

@@ -110,6 +110,7 @@ def collect_snapshot(
         nvml_future = nvml_in_background(nvml_timeout, deadline)
     files = read_files(fs, _env_files(expected)) if env_wanted else {}
     nvidia_version = read_optional(fs, "/proc/driver/nvidia/version")
+    data_points = data_mount_points(mounts, expected) if needed("storage") else []
     device_paths = (
         {name: fs.resolve(name) for name in _device_names(mounts, uuid_devices)} if needed("storage") else {}
     )
@@ -133,12 +134,10 @@ def collect_snapshot(
         manifest_problems=manifest_problems,
         uuid_devices=uuid_devices,
         device_paths=device_paths,
-        space=space_of(fs, data_mount_points(mounts, expected), deadline, mounts)
-        if needed("storage")
-        else {},
+        space=space_of(fs, data_points, deadline, mounts) if needed("storage") else {},
         nvme=read_nvme_health(
             runner,
-            data_devices(mounts, data_mount_points(mounts, expected), device_paths),
+            data_devices(mounts, data_points, device_paths),
             deadline,
             euid,
         )

@@ -70,10 +70,6 @@ def parse_aer(text: str) -> tuple[int | None, dict[str, int]]:
     return total, named
 
 
-def _int(text: str | None) -> int | None:
-    return decimal(text) if text is not None else None
-
-
 def _kind(vendor: str, device_class: str) -> str | None:
     if vendor == NVIDIA and device_class.startswith(_GPU_CLASS):
         return "gpu"
@@ -127,13 +123,13 @@ def read_pci_devices(fs: HostFS) -> tuple[PciDevice, ...]:
                 vendor=vendor.lower(),
                 device_class=device_class.lower(),
                 aer=read_aer(fs, base),
-                link_width=_int(fs.read_stripped(f"{base}/current_link_width")),
-                link_width_max=_int(fs.read_stripped(f"{base}/max_link_width")),
+                link_width=decimal(fs.read_stripped(f"{base}/current_link_width")),
+                link_width_max=decimal(fs.read_stripped(f"{base}/max_link_width")),
                 link_speed=fs.read_stripped(f"{base}/current_link_speed"),
                 link_speed_max=fs.read_stripped(f"{base}/max_link_speed"),
                 host_bridge=_host_bridge(host_path),
                 bridges=bridges,
-                upstream_width_max=_int(fs.read_stripped(f"{upstream_dir}/max_link_width"))
+                upstream_width_max=decimal(fs.read_stripped(f"{upstream_dir}/max_link_width"))
                 if upstream_dir
                 else None,
                 upstream_speed_max=fs.read_stripped(f"{upstream_dir}/max_link_speed")
@@ -336,11 +332,6 @@ def processes_named(fs: HostFS, names: Iterable[str]) -> dict[str, str]:
     return found
 
 
-def fabric_manager_running(fs: HostFS) -> bool:
-    """Whether an nv-fabricmanager process runs."""
-    return FABRIC_MANAGER_COMM in processes_named(fs, [FABRIC_MANAGER_COMM])
-
-
 _LOCKED = re.compile(r"^Max locked memory\s+(?P<soft>\S+)\s+(?P<hard>\S+)\s+bytes", re.MULTILINE)
 
 
@@ -354,10 +345,9 @@ def parse_memlock(limits: str) -> int | None:
     return decimal(match["soft"])
 
 
-def read_memlock(fs: HostFS) -> tuple[int | None, str]:
-    """The locked-memory limit jobs get: slurmd's own (Slurm starts job steps with it unless
-    PropagateResourceLimits passes the user's), else this process's."""
-    slurmd = processes_named(fs, ["slurmd"]).get("slurmd")
+def read_memlock(fs: HostFS, slurmd: str | None) -> tuple[int | None, str]:
+    """The locked-memory limit jobs get: slurmd's own (pid ``slurmd``; Slurm starts job steps with it
+    unless PropagateResourceLimits passes the user's), else this process's."""
     source = f"slurmd (pid {slurmd})" if slurmd else "this process"
     text = fs.read_stripped(f"/proc/{slurmd}/limits" if slurmd else "/proc/self/limits")
     return (parse_memlock(text) if text else None), source
@@ -374,7 +364,9 @@ def read_fabric(
     health = expected.get("health", {})
     ipoib = health.get("ipoib_interfaces", [])
     gpudirect = bool(health.get("gpudirect_rdma"))
-    memlock, memlock_source = read_memlock(fs) if gpudirect else (None, "not read")
+    # One walk of /proc for both daemons (any user may read /proc/<pid>/comm).
+    daemons = processes_named(fs, [FABRIC_MANAGER_COMM, "slurmd"])
+    memlock, memlock_source = read_memlock(fs, daemons.get("slurmd")) if gpudirect else (None, "not read")
     return Fabric(
         pci=pci,
         # The switch ports (below the root ports): ACS there turns peer traffic away from the switch.
@@ -388,7 +380,7 @@ def read_fabric(
         ib_error=error,
         ipoib=read_ipoib(fs, [str(i) for i in ipoib] if isinstance(ipoib, list) else []),
         # looked for on every node: NVML may show an NVSwitch fabric the PCI bus does not
-        fabric_manager_running=fabric_manager_running(fs),
+        fabric_manager_running=FABRIC_MANAGER_COMM in daemons,
         kernel_release=fs.read_stripped("/proc/sys/kernel/osrelease"),
         open_kernel_module=None
         if not nvidia_version_text

@@ -45,10 +45,16 @@ class _Counts:
     corrected: int = 0
     uncorrected: int = 0
 
+    def add(self, uncorrected: bool, number: int = 1) -> None:
+        if uncorrected:
+            self.uncorrected += number
+        else:
+            self.corrected += number
 
-def _count(fs: HostFS, path: str) -> int | None:
-    text = fs.read_stripped(path)
-    return decimal(text) if text is not None else None
+
+def _uncorrected(mca_status: str) -> bool:
+    """Bit 61 of a machine check's MCA status (UC): the error was not corrected."""
+    return bool(int(mca_status, 16) & MCA_STATUS_UC)
 
 
 def _channels_corrected(fs: HostFS, csrow: str) -> int:
@@ -57,12 +63,15 @@ def _channels_corrected(fs: HostFS, csrow: str) -> int:
         names = [p.name for p in fs.path(csrow).iterdir() if _CHANNEL.fullmatch(p.name)]
     except OSError:
         return 0
-    return sum(_count(fs, f"{csrow}/{name}") or 0 for name in names)
+    return sum(decimal(fs.read_stripped(f"{csrow}/{name}")) or 0 for name in names)
 
 
 def _controller(fs: HostFS, name: str) -> MemoryController:
     base = f"{EDAC_MC}/{name}"
-    corrected, uncorrected = _count(fs, f"{base}/ce_count"), _count(fs, f"{base}/ue_count")
+    corrected, uncorrected = (
+        decimal(fs.read_stripped(f"{base}/ce_count")),
+        decimal(fs.read_stripped(f"{base}/ue_count")),
+    )
     try:
         parts = sorted(p.name for p in fs.path(base).iterdir() if _PART.fullmatch(p.name))
     except OSError:
@@ -73,11 +82,13 @@ def _controller(fs: HostFS, name: str) -> MemoryController:
     for part in parts:
         kind = part.rstrip("0123456789")
         prefix = "dimm_" if kind != "csrow" else ""
-        corrected_here = _count(fs, f"{base}/{part}/{prefix}ce_count")
+        corrected_here = decimal(fs.read_stripped(f"{base}/{part}/{prefix}ce_count"))
         if corrected_here is None and kind == "csrow":
             corrected_here = _channels_corrected(fs, f"{base}/{part}")
         part_ce[kind] = part_ce.get(kind, 0) + (corrected_here or 0)
-        part_ue[kind] = part_ue.get(kind, 0) + (_count(fs, f"{base}/{part}/{prefix}ue_count") or 0)
+        part_ue[kind] = part_ue.get(kind, 0) + (
+            decimal(fs.read_stripped(f"{base}/{part}/{prefix}ue_count")) or 0
+        )
     return MemoryController(
         name,
         fs.read_stripped(f"{base}/mc_name"),
@@ -113,32 +124,23 @@ def parse_memory_log(text: str) -> tuple[MemoryController, ...]:
     for line in text.splitlines():
         match = _EDAC_COUNT.search(line)
         if match:
-            found = counted.setdefault(f"mc{match['mc']}", _Counts())
-            number = decimal(match["n"]) or 0
-            if match["kind"] == "CE":
-                found.corrected += number
-            else:
-                found.uncorrected += number
+            counted.setdefault(f"mc{match['mc']}", _Counts()).add(
+                match["kind"] == "UE", decimal(match["n"]) or 0
+            )
             continue
         match = _EDAC_OLD.search(line) or _EDAC_MCE.search(line)
         if match:
-            found = events.setdefault(f"mc{match['mc']}", _Counts())
             status = match.groupdict().get("status")
-            if match.groupdict().get("kind") == "UE" or (
-                status is not None and int(status, 16) & MCA_STATUS_UC
-            ):
-                found.uncorrected += 1
-            else:
-                found.corrected += 1
+            uncorrected = match.groupdict().get("kind") == "UE" or (
+                status is not None and _uncorrected(status)
+            )
+            events.setdefault(f"mc{match['mc']}", _Counts()).add(uncorrected)
             continue
         match = _MCE.search(line)
         if match:
-            if int(match["status"], 16) & MCA_STATUS_UC:
-                unattributed.uncorrected += 1
-            else:
-                unattributed.corrected += 1
+            unattributed.add(_uncorrected(match["status"]))
         elif _FATAL.search(line):
-            unattributed.uncorrected += 1
+            unattributed.add(True)
             fatal = True
     # sbridge and skx print both "Machine Check Event" and "1 CE memory ... error": the counted lines win.
     per_controller = {name: counted.get(name) or events[name] for name in {*counted, *events}}

@@ -68,24 +68,21 @@ def _number(value: Any) -> int | None:
 def _from_json(data: Mapping[str, Any]) -> dict[str, int]:
     log = data.get("nvme_smart_health_information_log")
     source = log if isinstance(log, Mapping) else data
-    found = {}
+    found: dict[str, int] = {}
     for field, names in FIELDS.items():
-        for name in names:
-            if name in source and _number(source[name]) is not None:
-                found[field] = _number(source[name])
-                break
+        numbers = (_number(source[name]) for name in names if name in source)
+        number = next((n for n in numbers if n is not None), None)
+        if number is not None:
+            found[field] = number
     # smartctl's verdict object (``smart_status``: ``passed`` and, for NVMe, the warning's ``value``).
     status = data.get("smart_status", data)
     nvme = status.get("nvme") if isinstance(status, Mapping) else None
-    if (
-        "critical_warning" not in found
-        and isinstance(nvme, Mapping)
-        and _number(nvme.get("value")) is not None
-    ):
-        found["critical_warning"] = _number(nvme.get("value"))
+    value = _number(nvme.get("value")) if isinstance(nvme, Mapping) else None
+    if "critical_warning" not in found and value is not None:
+        found["critical_warning"] = value
     if isinstance(status, Mapping) and status.get("passed") is False and not found.get("critical_warning"):
         found["critical_warning_failed"] = 1
-    return {k: v for k, v in found.items() if v is not None}
+    return found
 
 
 def _from_text(text: str) -> dict[str, int]:

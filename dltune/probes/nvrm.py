@@ -27,13 +27,18 @@ import re
 
 from dltune.snapshot import UNKNOWN_DEVICE, GpuEvent, NvrmLog
 
-_DEVICE = r"(?:PCI:)?(?P<dev>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?"
+_ADDRESS = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"  # domain:bus:device; the function dropped
+_DEVICE = rf"(?:PCI:)?(?P<dev>{_ADDRESS})(?:\.[0-7])?"
+# The same, unnamed: for patterns that hold it more than once.
+_BDF = rf"(?:PCI:)?({_ADDRESS})(?:\.[0-7])?"
 DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX")
 LOAD_START = re.compile(r"nvidia-nvlink: Nvlink Core is being initialized")
+# The driver loaded and saw no GPU at all: a GPU node's loss, or a node without GPUs.
+_NO_GPU = r"NVRM: No NVIDIA (?:devices|graphics adapter|GPU)s? (?:probed|found)"
+NO_GPU_FOUND = re.compile(_NO_GPU)
 # An init that gave up: no GPU left to drive (the wordings of old and new drivers).
 _GAVE_UP = (
-    r"NVRM: None of the NVIDIA (?:devices|graphics adapters) were initialized"
-    r"|NVRM: No NVIDIA (?:devices|graphics adapter|GPU)s? (?:probed|found)"
+    rf"NVRM: None of the NVIDIA (?:devices|graphics adapters) were initialized|{_NO_GPU}"
     r"|NVRM: NVIDIA init module failed"
 )
 # The end of a load: its unload, or an init that gave up.
@@ -48,7 +53,6 @@ INIT_FAILED_MINOR = re.compile(
 GSP_TIMEOUT = re.compile(r"NVRM: .*GSP.*(?:[Tt]imeout|timed out)")
 # A GPU the driver never brought up, named: the kernel's probe failure, NVRM's "The NVIDIA GPU <dev>
 # (PCI ID ...)" (not supported, needs GSP, fallen off the bus at probe), an invalid BAR.
-_BDF = r"(?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?"
 NOT_BROUGHT_UP = re.compile(
     rf"nvidia: probe of {_BDF} failed"
     rf"|nvidia {_BDF}: probe with driver nvidia failed"
@@ -69,8 +73,6 @@ RECOVERY_ACTION = re.compile(
 )
 DRIVER_LINE = re.compile(r"NVRM|nvidia")
 PROBE_KINDS = frozenset({"not_brought_up", "no_gpu_found"})  # what a load prints before its banner
-# The driver loaded and saw no GPU at all: a GPU node's loss, or a node without GPUs.
-NO_GPU_FOUND = re.compile(r"NVRM: No NVIDIA (?:devices|graphics adapter|GPU)s? (?:probed|found)")
 
 
 def _device(match: re.Match[str]) -> str:
