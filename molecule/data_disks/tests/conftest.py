@@ -25,6 +25,13 @@ def disks(host: Any) -> dict[str, str]:
     return dict(json.loads(host.file("/etc/dltune-test/disks.json").content_string))
 
 
+def attach_loop(host: Any, image: str) -> str:
+    """Attach IMAGE to a free loop device in the container, as prepare does (tests/lab/attach-loop.sh
+    makes the device node a container lacks), and return the device."""
+    script = (SCENARIO.parent.parent / "tests" / "lab" / "attach-loop.sh").read_text()
+    return str(host.check_output("sh -c %s attach-loop %s", script, image)).strip()
+
+
 def audit_as_user(host: Any) -> tuple[int, dict[tuple[str, str | None], dict[str, Any]]]:
     return audit_storage_as_user(host, "--only", "storage")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import run_role
+from conftest import attach_loop, run_role
 
 
 def state(host: Any, devices: list[str]) -> str:
@@ -40,7 +40,7 @@ def test_disk_with_a_signature_but_no_filesystem_is_never_formatted(
 
 def test_blank_disk_without_permission_is_left_blank(host: Any, disks: dict[str, str]) -> None:
     host.run_test("truncate --size=16M /var/lib/dltune-test-disks/extra.img")
-    loop = host.check_output("losetup --find --show /var/lib/dltune-test-disks/extra.img")
+    loop = attach_loop(host, "/var/lib/dltune-test-disks/extra.img")
     try:
         rc, failures, changed = run_role(
             host,
