@@ -1254,7 +1254,7 @@ def _verify_staged(
             checksum,
             {place.name: sha256_file(src)} if checksum else None,
         )
-    elif checksum:  # sizes alone are not worth reading an archive from shared storage again
+    else:  # the member list is in the archive only: --verify reads it again, as asked
         verify_against_archive(src, dest, checksum)
 
 

@@ -455,7 +455,7 @@ def test_as_an_ordinary_user_a_source_below_an_unsearchable_directory_is_one_lin
 
 def test_verify_checksum_of_an_already_staged_file_or_archive_reads_it_again(tmp_path: Path) -> None:
     """Corrupted at the same size after staging: `--verify --checksum` once said "verified" without
-    reading anything for a single file or an archive."""
+    reading anything for a single file or an archive; `--verify` alone still did for an archive."""
     (tmp_path / "local").mkdir()
     shard = tmp_path / "shared" / "shard.h5"
     shard.parent.mkdir()
@@ -473,3 +473,7 @@ def test_verify_checksum_of_an_already_staged_file_or_archive_reads_it_again(tmp
         corrupted.write_bytes(b"X" * 1000)
         with pytest.raises(StageError, match="verification failed"):
             stage.stage(src, tmp_path / "local", verify=True, checksum=True)
+        corrupted.write_bytes(b"X" * 999)  # a size check is enough to see this one
+        with pytest.raises(StageError, match="verification failed"):
+            stage.stage(src, tmp_path / "local", verify=True)
+        assert not stage.stage(src, tmp_path / "local").verified  # not asked, not claimed
