@@ -111,21 +111,38 @@ class Summary:
         return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
+class Halted(Exception):
+    """The stage was told to stop (Ctrl-C, SIGTERM): a copy thread leaves at its next read."""
+
+
 class Throttle:
     """--bwlimit: at most `mb_per_s` MB/s read by this process, over every copy thread together, so a
     stage leaves the shared storage room for the rest of the cluster. A thread that read ahead of
-    the rate sleeps until the rate catches up; a rate of 0 (or None) never sleeps."""
+    the rate sleeps until the rate catches up; a rate of 0 (or None) never sleeps.
+
+    Every read of a copy passes here, so this is also where the copy threads stop: after `halt()`,
+    a sleeping thread wakes and each raises Halted at its next read. Without that, an interrupt
+    waited for every running batch (up to BATCH_BYTES each, at the --bwlimit rate: minutes, past
+    Slurm's KillWait, so the job's stage was killed without a word)."""
 
     def __init__(
         self,
         mb_per_s: float | None,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.rate = (mb_per_s or 0) * 1e6
-        self.clock, self.sleep = clock, sleep
+        self._halted = threading.Event()
+        self.clock, self.sleep = clock, sleep or self._sleep_unless_halted
         self._lock = threading.Lock()
         self._free_at = 0.0
+
+    def halt(self) -> None:
+        self._halted.set()
+
+    def _sleep_unless_halted(self, seconds: float) -> None:
+        if self._halted.wait(seconds):
+            raise Halted
 
     @property
     def chunk(self) -> int:
@@ -133,6 +150,8 @@ class Throttle:
         return max(1 << 20, int(self.rate / 10)) if self.rate else 64 << 20
 
     def __call__(self, nbytes: int) -> None:
+        if self._halted.is_set():
+            raise Halted
         if not self.rate or nbytes <= 0:
             return
         with self._lock:
@@ -679,7 +698,9 @@ def _stage_tree(
         advance(size)
         return size
 
-    copier = dataclasses.replace(copier, fresh=not resume)
+    # A throttle of this copy's own: halting it (below) must not stop every later copy of the process.
+    throttle = Throttle(None) if copier.throttle is UNLIMITED else copier.throttle
+    copier = dataclasses.replace(copier, fresh=not resume, throttle=throttle)
     # Large files first: they dominate the tail of a parallel copy. Small ones in inode order: on a
     # cold local disk that is close to the order of their blocks, so reads stream instead of seek.
     todo.sort(key=lambda e: (-e.size, 0) if e.size >= SMALL_FILE else (0, e.inode))
@@ -687,7 +708,8 @@ def _stage_tree(
     try:
         copied = sum(pool.map(copy, _batches(todo)))
     except BaseException:
-        # An interrupt or an error: stop at once, not after every queued batch.
+        # An interrupt or an error: stop at once, not after every queued or running batch.
+        copier.throttle.halt()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)

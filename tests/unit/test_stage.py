@@ -430,18 +430,21 @@ def _has_staged_file(partial: Path) -> bool:
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_stage_says_so_exits_130_and_resumes(tmp_path: Path, signum: int) -> None:
-    """Ctrl-C printed an empty line; SIGTERM (scancel, a job's time limit) was not handled at all."""
+    """Ctrl-C printed an empty line; SIGTERM (scancel, a job's time limit) was not handled at all;
+    then an interrupt waited for the running batch to finish (at --bwlimit's rate: past Slurm's
+    KillWait). --bwlimit makes the copy slow for certain (10 MB at 1 MB/s, one batch of 100 files)
+    without writing thousands of files; the interrupt must stop it well before the batch is done."""
     src = tmp_path / "shared" / "many"
     src.mkdir(parents=True)
-    for i in range(30_000):
-        (src / f"{i:05d}.bin").write_bytes(b"%05d" % i)
+    for i in range(100):
+        (src / f"{i:05d}.bin").write_bytes(os.urandom(100_000))
     local = tmp_path / "local"
     local.mkdir()
     argv = [sys.executable, "-m", "dltune.cli", "stage", str(src), "--to", str(local), "--workers", "1"]
     # A shell starts background jobs with SIGINT ignored, and Python keeps an inherited SIG_IGN: the
     # child gets the default disposition, as a foreground command would.
     child = subprocess.Popen(
-        argv,
+        [*argv, "--bwlimit", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -456,6 +459,8 @@ def test_an_interrupted_stage_says_so_exits_130_and_resumes(tmp_path: Path, sign
     assert child.returncode == 130, (child.returncode, err)
     assert "interrupted" in err and "run the same command again to resume" in err and "Traceback" not in err
     assert out == "" and not (local / "many").exists()
+    copied = sum(1 for entry in os.scandir(local / ".many.partial") if entry.name.endswith(".bin"))
+    assert copied < 50, f"the interrupt waited for the batch: {copied} of 100 files were copied"
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert tree_state(local / "many") == tree_state(src)
@@ -596,6 +601,7 @@ def build_tree(root: Path, spec: list[tuple[list[str], str, int, bytes, str]]) -
             continue  # a name already used as a file, or a link, by an earlier entry
 
 
+@pytest.mark.fuzz
 @settings(
     max_examples=150,
     deadline=None,
