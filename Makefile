@@ -41,8 +41,9 @@ lint: venv
 	yamllint --strict .
 	ansible-lint
 
+# The quick unit run: every decision at its boundaries, no fuzzing, under a minute on 2 cores.
 unit: venv
-	pytest tests/unit
+	pytest tests/unit -m "not fuzz" -n 2
 
 # The oldest Python the project admits (3.10: Ubuntu 22.04's) runs the unit tests of the code that
 # depends on the interpreter's version (staging: tarfile's data filter, descriptor-relative os calls;
@@ -64,7 +65,11 @@ browser:
 
 # Needs the lab (make lab): DLTUNE_LAB_REQUIRED turns a missing lab into a failure, not a skip.
 pytest: venv browser
-	DLTUNE_LAB_REQUIRED=1 pytest -m "not slow" --durations=15
+	pytest tests/unit -m "not fuzz" -n 2 --durations=10
+	# The fuzz tier once, tests.fuzzing.FUZZ_EXAMPLES (2,000) examples each.
+	pytest -m fuzz -n 2 --durations=5
+	# One at a time: the lab tests share the lab's nodes and the host's loop devices.
+	DLTUNE_LAB_REQUIRED=1 pytest tests/integration -m "not slow and not fuzz" --durations=15
 	# PyTorch in a process of its own: ansible (imported by the lab tests) patches sys.intern, which
 	# torch's dynamo refuses at import.
 	DLTUNE_LAB_REQUIRED=1 pytest tests/integration/test_bench_cpu.py tests/unit/test_bench_gpu_path.py

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test`: every phase CI runs, each timed; the lab comes down whatever happens.
-# Ends with the phase times and, last, pytest's summary line.
+# Ends with the phase times and, last, pytest's summary lines (unit, fuzz, integration, PyTorch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 declare -a PHASES=()
@@ -22,7 +22,7 @@ run_pytest() {
   log=$(mktemp)
   make -s pytest 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
-  PYTEST_SUMMARY=$(grep -E '^=+ .*(passed|failed|error).* =+$' "$log" | tail -1)
+  PYTEST_SUMMARY=$(grep -E '^=+ .*(passed|failed|error).* =+$' "$log")
   rm -f "$log"
   return "$rc"
 }

@@ -36,6 +36,14 @@ def test_audit_of_this_host_prints_valid_json_and_a_documented_exit_code() -> No
     assert {"storage.tmp_tmpfs", "system.reboot_required"} <= {r["id"] for r in doc["results"]}
 
 
+def test_only_storage_leaves_the_gpu_driver_alone() -> None:
+    """`--only storage` must not touch a GPU driver that may hang: NVML is not even loaded."""
+    from dltune.probes.collect import collect_snapshot
+
+    storage_only = collect_snapshot("/", areas=["storage"])
+    assert storage_only.nvml.error is not None and storage_only.nvml.error.startswith("not probed")
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser"), reason="needs root to switch user")
 def test_audit_runs_as_an_ordinary_user() -> None:
     # The venv and the interpreter it points to (pyenv under /root here) must be reachable by others.

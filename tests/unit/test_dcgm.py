@@ -1,23 +1,16 @@
-"""DCGM's diagnostic: `dcgmi diag` outputs through the probe and the gpu.dcgm check, and the commands
-that run it. DCGM cannot run here (no GPU, no host engine): `dcgmi` is replaced at its boundary, the
-program on PATH, by scripts that print what dcgmi prints (tests/fixtures/real/dcgm_diag), exit as it
-exits, or hang ignoring SIGTERM as a diagnostic stuck on a faulty GPU does. They record the argv they
-were given, so the tests see that DCGM itself was told when to abort."""
+"""DCGM's diagnostic: `dcgmi diag` outputs (tests/fixtures/real/dcgm_diag) through the probe, with a
+recorded runner, and the gpu.dcgm check. The commands that run it, with a stand-in `dcgmi` on PATH,
+are in tests/integration/test_dcgm_commands.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from dltune.checks.dcgm import dcgm, result_id
 from dltune.model import Result, Status
-from dltune.probes.dcgm import CLIENT_GRACE_S, DCGM_TIMEOUT_S, parse_dcgm_diag, run_dcgm_diag
+from dltune.probes.dcgm import DCGM_TIMEOUT_S, parse_dcgm_diag, run_dcgm_diag
 from dltune.probes.runner import RecordedRunner
 from dltune.snapshot import DcgmDiag, DcgmTest, NvmlState, Snapshot
 from tests.real_corpus import CORPUS, load
@@ -183,83 +176,7 @@ def test_warned_test_warns_and_skipped_tests_are_counted() -> None:
 
 
 # ------------------------------------------------------------------------------ the commands
-
-
-@pytest.fixture
-def fake_dcgmi(tmp_path: Path) -> tuple[Path, Path]:
-    """A directory with a `dcgmi` stand-in, and the file it records its argv in."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    return bin_dir, tmp_path / "dcgmi-argv"
-
-
-def write_dcgmi(bin_dir: Path, argv_log: Path, body: str) -> None:
-    script = bin_dir / "dcgmi"
-    script.write_text(f'#!/bin/sh\necho "$@" >> {argv_log}\n{body}\n')
-    script.chmod(0o755)
-
-
-def run_dltune(bin_dir: Path, *args: str, timeout: float = 60) -> tuple[int, list[dict[str, object]], float]:
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "dltune.cli", *args, "--format", "json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=timeout,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout)["results"], time.monotonic() - start
-
-
-def test_audit_dcgm_runs_level_one_and_reports_each_failed_test(
-    fake_dcgmi: tuple[Path, Path], tmp_path: Path
-) -> None:
-    bin_dir, argv_log = fake_dcgmi
-    (tmp_path / "out.json").write_text(GB10)
-    write_dcgmi(bin_dir, argv_log, f"cat {tmp_path / 'out.json'}\nexit 226")
-    rc, results, _ = run_dltune(bin_dir, "audit", "--only", "gpu", "--dcgm")
-    by_id = {r["id"]: r for r in results}
-    assert (
-        rc == 1 and by_id["gpu.dcgm_software"]["status"] == "fail" and by_id["gpu.dcgm_software"]["critical"]
-    )
-    args = argv_log.read_text().split()
-    assert args[:4] == ["diag", "-r", "1", "-j"] and args[4] == "--timeout" and 1 <= int(args[5]) <= 30
-
-
-def test_a_hung_diagnostic_ends_within_the_audits_time(fake_dcgmi: tuple[Path, Path]) -> None:
-    bin_dir, argv_log = fake_dcgmi
-    write_dcgmi(bin_dir, argv_log, "trap '' TERM\nsleep 300")
-    rc, results, seconds = run_dltune(bin_dir, "audit", "--only", "gpu", "--dcgm", "--timeout", "8")
-    result = {r["id"]: r for r in results}["gpu.dcgm"]
-    assert rc == 1 and result["status"] == "fail" and result["critical"]
-    assert seconds < 20, f"the audit took {seconds:.1f} s with --timeout 8"
-    told = argv_log.read_text().split()
-    assert told[4] == "--timeout" and 1 <= int(told[5]) <= 8 - CLIENT_GRACE_S, (
-        f"DCGM itself must be told to abort before the client gives up: {told}"
-    )
-
-
-def test_check_runs_the_asked_level_with_dcgms_own_timeout(
-    fake_dcgmi: tuple[Path, Path], tmp_path: Path
-) -> None:
-    bin_dir, argv_log = fake_dcgmi
-    (tmp_path / "out.json").write_text(PASSING)
-    write_dcgmi(bin_dir, argv_log, f"cat {tmp_path / 'out.json'}")
-    _rc, results, _ = run_dltune(bin_dir, "check", "--no-bench", "--dcgm", "2", "--dcgm-timeout", "900")
-    dcgm_results = [r for r in results if r["id"].startswith("gpu.dcgm")]
-    assert [r["status"] for r in dcgm_results] == ["pass"]
-    assert argv_log.read_text().split() == ["diag", "-r", "2", "-j", "--timeout", "900"]
-
-
-def test_check_gives_level_two_the_measured_default(fake_dcgmi: tuple[Path, Path], tmp_path: Path) -> None:
-    bin_dir, argv_log = fake_dcgmi
-    (tmp_path / "out.json").write_text(PASSING)
-    write_dcgmi(bin_dir, argv_log, f"cat {tmp_path / 'out.json'}")
-    run_dltune(bin_dir, "check", "--no-bench", "--dcgm", "2")
-    assert argv_log.read_text().split()[4:] == ["--timeout", str(int(DCGM_TIMEOUT_S[2]))]
+# (the commands themselves, on this host with a stand-in dcgmi: tests/integration/test_dcgm_commands.py)
 
 
 def test_check_does_not_load_gpus_the_audit_found_unfit() -> None:

@@ -10,11 +10,9 @@ import re
 from pathlib import Path
 
 from rich.console import Console
-from typer.testing import CliRunner
 
 from dltune.bench.judge import bench_gate
 from dltune.checks import run_checks
-from dltune.cli import app
 from dltune.cluster import load, render_summary
 from dltune.model import Result, Status
 from dltune.probes import collect_snapshot
@@ -100,13 +98,3 @@ def test_the_bench_gate_names_why_the_bench_does_not_run() -> None:
     no_torch = bench_gate([], {}, torch_installed=False, asked_not_to=False)
     assert no_torch is not None and "pip install 'dltune[bench]'" in (no_torch.remedy or "")
     assert bench_gate([], {}, torch_installed=True, asked_not_to=True) is not None
-
-
-def test_check_without_its_bench_is_the_audit_in_one_envelope() -> None:
-    outcome = CliRunner().invoke(app, ["check", "--no-bench", "--format", "json"])
-    document = json.loads(outcome.stdout)
-    ids = [r["id"] for r in document["results"]]
-    assert "system.reboot_required" in ids and ids[-1] == "bench.run"
-    assert document["results"][-1]["status"] == "skip" and "--no-bench" in document["results"][-1]["summary"]
-    statuses = {r["status"] for r in document["results"]}
-    assert outcome.exit_code == (1 if "fail" in statuses else 2 if "error" in statuses else 0)

@@ -92,8 +92,7 @@ def test_broken_manifest_fragment_is_reported_not_raised(tmp_path) -> None:  # t
 
 
 def test_only_the_asked_areas_are_probed(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    storage_only = collect_snapshot("/", areas=["storage"])
-    assert storage_only.nvml.error is not None and storage_only.nvml.error.startswith("not probed")
+    # NVML left alone by `--only storage` on the real host: tests/integration/test_audit_host.py
     manifest = tmp_path / "etc/dltune/expected.d"
     manifest.mkdir(parents=True)
     (manifest / "data_disks.json").write_text(

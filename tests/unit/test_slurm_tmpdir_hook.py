@@ -562,6 +562,7 @@ def job_trees(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 # Each example runs three programs and builds a tree: 25 by default (about a minute), more with
 # DLTUNE_FUZZ_EXAMPLES (tests/fuzzing.py) set higher.
+@pytest.mark.fuzz
 @settings(max_examples=FUZZ_EXAMPLES // 80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=job_trees(), builder=st.sampled_from(["nobody", "root"]))
 def test_any_tree_a_job_leaves_is_removed_without_following_a_link(

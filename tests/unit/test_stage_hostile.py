@@ -189,6 +189,7 @@ def record_of(local: Path, name: str) -> dict[str, object] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+@pytest.mark.fuzz  # twelve kills at generated points, about ten seconds
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(delay_ms=st.integers(min_value=0, max_value=900))
 def test_a_kill_at_any_point_of_replace_leaves_the_old_copy_or_nothing(
@@ -369,6 +370,7 @@ def test_out_of_range_header_values_and_a_link_to_a_missing_member_are_clean_err
 # --- random trees: what a killed run or another user left in the partial copy --------------------------
 
 
+@pytest.mark.fuzz
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(source=TREES, leftovers=TREES)
 def test_a_resume_over_any_leftover_tree_with_planted_links_ends_identical_and_harms_nothing_outside(
