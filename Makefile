@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help venv lab lab-down images wheelhouse lint unit py310 browser pytest test-slow fuzz molecule test demo bench clean
+.PHONY: help venv lab lab-down images wheelhouse lint unit py310 browser pytest test-slow fuzz mutation molecule test demo bench clean
 
 help:
 	@grep -E '^#' Makefile | head -4
@@ -103,6 +103,12 @@ demo: lab
 	done
 	ansible-playbook playbooks/bench.yml -i inventory -e dltune_bench_multinode=true
 	ansible-playbook playbooks/audit.yml -i inventory
+
+# Mutation testing of the decision modules ([tool.mutmut] in pyproject.toml): mutmut, then the score
+# and every survivor not explained in tests/mutation_equivalent.txt. Incremental: mutants/ keeps results.
+mutation: venv
+	python tests/mutation.py run --max-children 2 || true
+	python tests/mutation.py score
 
 # Speed, as ratios against a baseline in the same run (not part of make test).
 bench: lab

@@ -1,0 +1,83 @@
+"""`make mutation`: mutmut over the decision modules ([tool.mutmut] in pyproject.toml), then the score.
+
+    python tests/mutation.py run --max-children 2   # mutmut itself (incremental: mutants/ keeps results)
+    python tests/mutation.py score                  # killed / (killed + survived), and the survivors
+
+mutmut copies tests/ into mutants/ with shutil.copytree, which follows symlinks and fails on the
+fixture trees' links (dev/disk/by-uuid/* point at devices that exist only on a real host): the copy
+here keeps links as links. A survivor listed in tests/mutation_equivalent.txt (a mutant no test can
+tell from the original, with the reason) is left out of the score and of the list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EQUIVALENT = REPO_ROOT / "tests" / "mutation_equivalent.txt"
+KILLED_EXIT_CODES = {1, 3, 36, 37, -24, 24, 152, 255}  # a failing test, a timeout, a type error
+SURVIVED_EXIT_CODE = 0
+
+_copytree = shutil.copytree
+
+
+def _copytree_keeping_links(src: Any, dst: Any, symlinks: bool = True, *args: Any, **kwargs: Any) -> Any:
+    # A second run copies over the first: links already there are made again.
+    for directory, _dirs, files in os.walk(dst):
+        for name in files:
+            if os.path.islink(os.path.join(directory, name)):
+                os.unlink(os.path.join(directory, name))
+    return _copytree(src, dst, symlinks, *args, **kwargs)
+
+
+def equivalent_mutants() -> dict[str, str]:
+    """`mutant name  reason` lines; # starts a comment."""
+    listed = {}
+    for line in EQUIVALENT.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, reason = line.partition(" ")
+            listed[name] = reason.strip()
+    return listed
+
+
+def score(mutants: Path = REPO_ROOT / "mutants") -> int:
+    """Print the score per module and overall, and each survivor not explained; 0 at or above 90%."""
+    equivalent = equivalent_mutants()
+    survivors: list[str] = []
+    totals = [0, 0]
+    for meta in sorted(mutants.rglob("*.py.meta")):
+        exit_codes = json.loads(meta.read_text())["exit_code_by_key"]
+        killed = sum(1 for code in exit_codes.values() if code in KILLED_EXIT_CODES)
+        alive = [
+            name for name, code in exit_codes.items() if code == SURVIVED_EXIT_CODE and name not in equivalent
+        ]
+        survivors += alive
+        totals[0] += killed
+        totals[1] += killed + len(alive)
+        module = meta.relative_to(mutants).as_posix().removesuffix(".meta")
+        judged = killed + len(alive)
+        print(f"{module:48} {killed:5} killed of {judged:5}  {_percent(killed, judged)}")
+    for name in sorted(survivors):
+        print(f"survived: {name}")
+    shown = _percent(*totals)
+    print(f"mutation score: {totals[0]} killed of {totals[1]} ({shown}); {len(equivalent)} equivalent")
+    return 0 if totals[1] and totals[0] / totals[1] >= 0.9 else 1
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["score"]:
+        sys.exit(score())
+    shutil.copytree = _copytree_keeping_links  # type: ignore[assignment]
+    from mutmut.__main__ import cli
+
+    sys.exit(cli())
