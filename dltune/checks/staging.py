@@ -102,6 +102,20 @@ def slurm_tmpdir(snap: Snapshot) -> Result:
     )
 
 
+# slurm.conf(5): Alloc, and each flag that "implicitly sets the Alloc flag" (Contain, DeferBatch,
+# NoHold, ForceRequeueOnFail, RunInJob, X11).
+PROLOG_FLAGS_AT_ALLOCATION = frozenset(
+    {"alloc", "contain", "deferbatch", "forcerequeueonfail", "nohold", "runinjob", "x11"}
+)
+
+
+def prolog_runs_at_allocation(prolog_flags: str) -> bool:
+    """PrologFlags that make the Prolog run when the job is allocated, so salloc sessions get their
+    directory too. Role slurm_tmpdir's module decides the same (tests/unit/test_slurm_conf_parity.py
+    feeds both the same real slurm.conf files)."""
+    return bool({flag.strip().lower() for flag in prolog_flags.split(",")} & PROLOG_FLAGS_AT_ALLOCATION)
+
+
 @check("staging.slurm_hooks", needs=("manifest:slurm_tmpdir",))
 def slurm_hooks(snap: Snapshot) -> Result:
     manifest = _manifest(snap)
@@ -120,8 +134,7 @@ def slurm_hooks(snap: Snapshot) -> Result:
             for hook, key in (("prolog", "prolog"), ("epilog", "epilog"), ("task_prolog", "taskprolog")):
                 if conf_values.get(key) != hooks.get(hook):
                     problems.append(f"{key}={conf_values.get(key)} in slurm.conf, planned {hooks.get(hook)}")
-            flags = {f.lower() for f in conf_values.get("prologflags", "").split(",")}
-            if not flags.intersection({"alloc", "contain"}):
+            if not prolog_runs_at_allocation(conf_values.get("prologflags", "")):
                 problems.append("PrologFlags lacks Alloc: salloc sessions get no directory")
     for hook, path in sorted(hooks.items()):
         info = snap.paths.get(path)

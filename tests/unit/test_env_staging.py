@@ -152,7 +152,7 @@ def test_hooks_wired_as_applied_pass() -> None:
 
 def test_hooks_drift_fails_naming_the_line() -> None:
     conf = CONF_OK.replace("Prolog=/etc/slurm/dltune/prolog", "Prolog=/etc/slurm/other").replace(
-        "PrologFlags=Alloc", "PrologFlags=X11"
+        "PrologFlags=Alloc", "PrologFlags=Serial"
     )
     r = slurm_hooks(snap(files={"/etc/slurm/slurm.conf": conf}, paths=hook_paths()))
     assert r.status is Status.FAIL

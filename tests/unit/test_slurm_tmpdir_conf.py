@@ -15,7 +15,7 @@ OURS = {
     "epilog": "/etc/slurm/dltune/epilog",
     "task_prolog": "/etc/slurm/dltune/task_prolog",
 }
-SITE = "ClusterName=ci\nProlog=/etc/slurm/site-prolog.sh\nPrologFlags=X11\nNodeName=n1 CPUs=2\n"
+SITE = "ClusterName=ci\nProlog=/etc/slurm/site-prolog.sh\nPrologFlags=Serial\nNodeName=n1 CPUs=2\n"
 
 
 def test_site_hooks_are_chained_and_the_lines_point_at_ours() -> None:
@@ -23,7 +23,7 @@ def test_site_hooks_are_chained_and_the_lines_point_at_ours() -> None:
     parsed = conf.parse(text)
     assert parsed["prolog"][1] == OURS["prolog"]
     assert parsed["epilog"][1] == OURS["epilog"] and parsed["taskprolog"][1] == OURS["task_prolog"]
-    assert parsed["prologflags"][1] == "X11,Alloc"
+    assert parsed["prologflags"][1] == "Serial,Alloc"
     assert site == {"prolog": "/etc/slurm/site-prolog.sh"}
     assert "NodeName=n1 CPUs=2" in text and notes
 
@@ -39,7 +39,7 @@ def test_restore_gives_the_site_its_hooks_back_and_drops_ours() -> None:
     everything else (incl. the Alloc flag, which the site may rely on by now) stays."""
     applied, site, _ = conf.plan(SITE, OURS, {})
     restored, notes = conf.restore(applied, OURS, site)
-    assert restored == SITE.replace("PrologFlags=X11", "PrologFlags=X11,Alloc")
+    assert restored == SITE.replace("PrologFlags=Serial", "PrologFlags=Serial,Alloc")
     assert len(notes) == 3
     again, notes = conf.restore(restored, OURS, site)
     assert again == restored and notes == []

@@ -32,8 +32,14 @@ options:
 
 KEYS = {"prolog": "Prolog", "epilog": "Epilog", "task_prolog": "TaskProlog"}
 LINE = re.compile(r"^(\s*)([A-Za-z]+)\s*=\s*(.*?)\s*$")
-# PrologFlags=Contain implies Alloc; either makes the Prolog run at allocation (salloc, sbatch).
-ALLOC_FLAGS = {"alloc", "contain"}
+# slurm.conf(5): Alloc makes the Prolog run at allocation (salloc, sbatch), and Contain, DeferBatch,
+# NoHold, ForceRequeueOnFail, RunInJob and X11 each "implicitly sets the Alloc flag".
+ALLOC_FLAGS = {"alloc", "contain", "deferbatch", "forcerequeueonfail", "nohold", "runinjob", "x11"}
+
+
+def runs_at_allocation(prolog_flags: str) -> bool:
+    """The audit's staging.slurm_hooks decides the same (tests/unit/test_slurm_conf_parity.py)."""
+    return bool(ALLOC_FLAGS.intersection(flag.strip().lower() for flag in prolog_flags.split(",")))
 
 
 def parse(text: str) -> dict[str, tuple[int, str]]:
@@ -43,7 +49,9 @@ def parse(text: str) -> dict[str, tuple[int, str]]:
     for index, raw in enumerate(text.splitlines()):
         line = raw.split("#", 1)[0]
         match = LINE.match(line)
-        if match and " " not in match.group(3):
+        # A value with blanks in it is several settings on one line (Slurm splits them at any
+        # whitespace, tabs too), not a single program: left to the site, as the audit leaves it.
+        if match and not any(ch.isspace() for ch in match.group(3)):
             found[match.group(2).lower()] = (index, match.group(3))
     return found
 
@@ -72,7 +80,7 @@ def plan(text: str, ours: dict[str, str], recorded: dict[str, str]) -> tuple[str
         lines = _assign(lines, found, key, ours[hook])
     flags = found.get("prologflags", (None, ""))[1]
     flag_list = [f for f in flags.split(",") if f]
-    if not ALLOC_FLAGS.intersection(f.lower() for f in flag_list):
+    if not runs_at_allocation(flags):
         new_flags = ",".join([*flag_list, "Alloc"])
         notes.append(f"PrologFlags: {flags or '(none)'} -> {new_flags}")
         lines = _assign(lines, found, "PrologFlags", new_flags)
