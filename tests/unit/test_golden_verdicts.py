@@ -5,7 +5,8 @@ written back with DLTUNE_UPDATE_GOLDEN=1 and reviewed in the diff.
 
 Hosts: each fixture tree (collect_snapshot over it, all areas) and GPU states given as NVML's
 answers (no GPU here): NVML missing or hung, no GPU, a lost GPU, a GPU whose queries all fail, a
-healthy H100, and GPUs at and past each judge's limits."""
+healthy H100, and GPUs at and past each judge's limits; and gpu.xid / gpu.sxid on every real kernel
+log of tests/fixtures/real (kernel_log, sxid), whose verdicts test_real_corpus states."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from typing import Any
 import pytest
 
 from dltune.checks import run_checks
+from dltune.checks.gpu import sxid, xid
 from dltune.probes import collect_snapshot
+from dltune.probes.packages import kernel_log_of
 from dltune.snapshot import HW_SLOWDOWN, IDLE, SW_POWER_CAP, SW_THERMAL, Gpu, NvLink, NvmlState, Snapshot
 from tests.conftest import FIXTURES
+from tests.real_corpus import Sample, samples
 
 GOLDEN = FIXTURES / "golden"
 UPDATE = os.environ.get("DLTUNE_UPDATE_GOLDEN") == "1"
@@ -142,6 +146,39 @@ GPU_STATES: dict[str, NvmlState] = {
                 ecc_corrected_volatile=5000,
             ),
             _gpu(
+                index=8,
+                clock_event_reasons=SW_THERMAL,
+                clock_event_reasons_later=SW_THERMAL,
+                clock_event_share={SW_THERMAL: 0.6},
+                utilization_percent=100,
+            ),
+            _gpu(
+                index=9,
+                clock_event_reasons=SW_POWER_CAP,
+                clock_event_reasons_later=SW_POWER_CAP,
+                clock_event_share={SW_POWER_CAP: 0.7},
+                utilization_percent=100,
+            ),
+            _gpu(index=10, clock_event_reasons=0, clock_event_reasons_later=0, utilization_percent=0),
+            _gpu(
+                index=11,
+                clock_event_reasons=None,
+                clock_event_reasons_later=None,
+                app_clock_mhz=None,
+                persistence=None,
+                power_limit_w=None,
+                temperature_c=None,
+                pcie_width=None,
+            ),
+            _gpu(
+                index=12,
+                pcie_gen=4,
+                clock_event_reasons=IDLE,
+                clock_event_reasons_later=IDLE,
+                utilization_percent=0,
+                ecc_corrected_volatile=12,
+            ),
+            _gpu(
                 index=7,
                 fabric_state=2,
                 nvlinks=(NvLink(link=0, active=False), *(NvLink(link=i, active=True) for i in range(1, 18))),
@@ -153,6 +190,7 @@ GPU_STATES: dict[str, NvmlState] = {
 
 def _compare(name: str, results: list[dict[str, Any]]) -> None:
     golden = GOLDEN / f"{name}.json"
+    golden.parent.mkdir(exist_ok=True)
     text = json.dumps(results, indent=1, sort_keys=True) + "\n"
     if UPDATE:
         golden.write_text(text)
@@ -175,3 +213,10 @@ def test_every_check_of_a_fixture_host(tree: str) -> None:
 def test_every_gpu_check_of_a_gpu_state(state: str) -> None:
     snapshot = Snapshot(root="/", nvml=GPU_STATES[state])
     _compare(f"gpu_{state}", [r.to_dict() for r in run_checks(snapshot, areas=["gpu"])])
+
+
+@pytest.mark.parametrize("sample", samples("kernel_log") + samples("sxid"), ids=str)
+def test_xid_and_sxid_of_every_real_kernel_log(sample: Sample) -> None:
+    snapshot = Snapshot(root="/", kernel_log=kernel_log_of(sample.body))
+    results = [r.to_dict() for r in [*xid(snapshot), *sxid(snapshot)]]
+    _compare(f"real_{sample.kind}/{sample.name}", results)
