@@ -1,4 +1,5 @@
-"""The one renderer: human table (rich), JSON envelope. Results go to stdout, logs to stderr."""
+"""The node's renderers: human table (rich), JSON envelope, Prometheus, Ansible facts (cluster.py
+renders the fleet). Results go to stdout, logs to stderr."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from dltune.snapshot import Snapshot
 REMOTE_FSTYPES = frozenset(
     {"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "ceph", "glusterfs", "9p", "virtiofs"}
 )
-# Below this, staging anything but a small dataset will be refused.
+# Below this, the scratch directory warns: staging anything but a small dataset would not fit.
 LOW_FREE_BYTES = 10 * 1024**3
 
 

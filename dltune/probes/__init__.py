@@ -1,6 +1,6 @@
 """Probes: the only code that reads the host. ``collect_snapshot`` (in ``collect``) reads it all.
 
-The package itself imports nothing: a probe child (NVML's, run as ``python -m dltune.probes.nvml``
+The package itself imports nothing: a probe child (NVML's, run as ``python -m dltune.probes.nvml_read``
 on every audit) must not pay for importing every other probe.
 """
 

@@ -45,6 +45,80 @@ def test_checks_import_only_the_model_the_snapshot_and_each_other() -> None:
     assert forbidden("os") and forbidden("dltune.probes.mounts") and not forbidden("dltune.snapshot")
 
 
+# ARCHITECTURE.md's diagram, top to bottom: a module imports only from layers below its own (or its
+# own package). A package (a directory) is one unit; dltune/__init__ is the version, at the bottom.
+LAYERS = (
+    ("cli.py",),
+    ("commands/",),
+    ("cluster.py", "slurm_health.py", "bench/", "stage_broadcast.py"),
+    ("report.py", "remediation.py", "stage.py"),
+    (
+        "checks/",
+        "probes/",
+        "compat.py",
+        "dirfd.py",
+    ),  # checks and probes side by side: neither imports the other
+    ("snapshot.py", "schema.py", "safeio.py"),
+    ("model.py",),
+    ("text.py", "__init__.py"),
+)
+
+
+def unit_of(module: str) -> str:
+    """dltune.checks.gpu -> checks/; dltune.report -> report.py; dltune -> __init__.py."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "__init__.py"
+    package = REPO_ROOT / "dltune" / parts[0]
+    return f"{parts[0]}/" if package.is_dir() else f"{parts[0]}.py"
+
+
+def layer_of(unit: str) -> int:
+    return next(index for index, units in enumerate(LAYERS) if unit in units)
+
+
+def dltune_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "dltune":
+            # `from dltune import safeio` names a module; `from dltune import __version__` the package.
+            found.update(
+                f"dltune.{alias.name}" if (REPO_ROOT / "dltune" / f"{alias.name}.py").exists() else "dltune"
+                for alias in node.names
+            )
+        elif (
+            isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("dltune.")
+        ):
+            found.add(str(node.module))
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("dltune"))
+    return found
+
+
+def test_every_module_imports_only_layers_below_its_own() -> None:
+    sources = sorted((REPO_ROOT / "dltune").rglob("*.py"))
+    units = {unit_of("dltune." + ".".join(p.relative_to(REPO_ROOT / "dltune").with_suffix("").parts))
+             for p in sources}  # fmt: skip
+    placed = {unit for units_of_layer in LAYERS for unit in units_of_layer}
+    assert units - {"__init__.py"} <= placed, f"not in ARCHITECTURE's layers: {sorted(units - placed)}"
+    upward = []
+    for path in sources:
+        relative = path.relative_to(REPO_ROOT / "dltune").with_suffix("").parts
+        own = (
+            unit_of("dltune." + ".".join(relative)) if relative[-1] != "__init__" or len(relative) > 1 else ""
+        )
+        own = own or "__init__.py"
+        for imported in dltune_imports(path):
+            target = unit_of(imported)
+            if target != own and layer_of(target) <= layer_of(own):
+                upward.append(f"{path.relative_to(REPO_ROOT)} imports {imported} ({target}, not below {own})")
+    assert upward == []
+    # The rule reads what it claims to: checks importing the probes (or the reverse), or the snapshot
+    # importing a probe, would be refused.
+    assert layer_of(unit_of("dltune.probes.mounts")) == layer_of(unit_of("dltune.checks.gpu"))
+    assert layer_of(unit_of("dltune.snapshot")) > layer_of(unit_of("dltune.probes"))
+
+
 def test_the_snapshot_module_does_no_io() -> None:
     assert not {m for m in imported_modules(REPO_ROOT / "dltune" / "snapshot.py") if forbidden(m)}
 
