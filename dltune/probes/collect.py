@@ -52,7 +52,7 @@ from dltune.snapshot import (
 )
 
 
-# long: one Snapshot field per probe, in one constructor call
+# long: every probe into a named local, in the order they run, then the one Snapshot
 def collect_snapshot(
     root: str | Path = "/",
     runner: CommandRunner | None = None,
@@ -119,66 +119,86 @@ def collect_snapshot(
         if needed("gpu", "system")
         else KernelLog(None, "not probed: gpu and system areas not asked for")
     )
+    # Each probe into a named local, in the order they run: NVML's answer comes before the Slurm job
+    # query that asks only when a GPU runs a process; the deadline's misses are read last.
+    fstab_table = parse_fstab(fstab) if fstab is not None else Fstab()
+    mem_total_kb = meminfo_kb(read("/proc/meminfo"), "MemTotal")
+    reboot = _reboot_state(fs)
+    cpu_frequency = read_cpu_frequency(fs) if needed("system") else None
+    time_sync = (
+        read_time_sync(runner, max(deadline.limit(5.0), 0.1))
+        if needed("system")
+        else TimeSync(error="not probed")
+    )
+    space = space_of(fs, data_points, deadline, mounts) if needed("storage") else {}
+    nvme = (
+        read_nvme_health(runner, data_devices(mounts, data_points, device_paths), deadline, euid)
+        if needed("storage")
+        else ()
+    )
+    kernel_modules = frozenset(
+        line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line
+    )
+    driver_packages = read_driver_packages(fs) if needed("driver", "fabric") else None
+    fabric = read_fabric(fs, expected, nvidia_version, deadline) if needed("fabric") else Fabric()
+    dcgm = _dcgm(runner, dcgm_level, deadline) if dcgm_level and needed("gpu") else None
+    vip_routes = {vip: route_to(runner, vip) for vip in _manifest_vips(expected)} if needed("network") else {}
+    # statfs on a dead NFS server would hang: only the nfs area asks, each in a killable child, and
+    # never under a fixture --root (the mounts there are not this host's).
+    nfs_responsive = (
+        _responsive(mounts, nfs_timeout, deadline) if needed("nfs") and fs.root == Path("/") else {}
+    )
+    nfs_stats = (
+        {m.mount_point: m for m in parse_mountstats(read_optional(fs, "/proc/self/mountstats") or "").nfs}
+        if needed("nfs") and any(m.fstype in NFS_FSTYPES for m in mounts)
+        else {}
+    )
+    memory_errors = read_memory_errors(fs, kernel_log.text) if needed("system") else MemoryErrors()
+    nvml = _nvml_state(nvml_future, fs)
+    slurm_jobs = (
+        slurm_jobs_on(runner, socket.gethostname().split(".")[0], max(deadline.limit(5.0), 0.1))
+        if needed("gpu") and any(g.compute_pids for g in nvml.gpus)
+        else None
+    )
+    slurm_conf = {
+        path: parse_slurm_conf(text)
+        for path, text in files.items()
+        if path == _slurm_conf_path(expected) and text is not None
+    }
+    paths = job_paths(fs, job_environ, expected, mounts, deadline) if env_wanted else {}
     return Snapshot(
         root=str(fs.root),
         mounts=mounts,
         mountinfo_unparsed=tuple(mountinfo_unparsed),
-        fstab=parse_fstab(fstab) if fstab is not None else Fstab(),
-        mem_total_kb=meminfo_kb(read("/proc/meminfo"), "MemTotal"),
-        reboot=_reboot_state(fs),
-        cpu_frequency=read_cpu_frequency(fs) if needed("system") else None,
-        time_sync=read_time_sync(runner, max(deadline.limit(5.0), 0.1))
-        if needed("system")
-        else TimeSync(error="not probed"),
+        fstab=fstab_table,
+        mem_total_kb=mem_total_kb,
+        reboot=reboot,
+        cpu_frequency=cpu_frequency,
+        time_sync=time_sync,
         expected=expected,
         manifest_problems=manifest_problems,
         uuid_devices=uuid_devices,
         device_paths=device_paths,
-        space=space_of(fs, data_points, deadline, mounts) if needed("storage") else {},
-        nvme=read_nvme_health(
-            runner,
-            data_devices(mounts, data_points, device_paths),
-            deadline,
-            euid,
-        )
-        if needed("storage")
-        else (),
+        space=space,
+        nvme=nvme,
         nvidia_module_version=nvidia_module_version(nvidia_version),
-        kernel_modules=frozenset(
-            line.split(" ", 1)[0] for line in (read_optional(fs, "/proc/modules") or "").splitlines() if line
-        ),
-        driver_packages=read_driver_packages(fs) if needed("driver", "fabric") else None,
-        fabric=read_fabric(fs, expected, nvidia_version, deadline) if needed("fabric") else Fabric(),
-        dcgm=_dcgm(runner, dcgm_level, deadline) if dcgm_level and needed("gpu") else None,
+        kernel_modules=kernel_modules,
+        driver_packages=driver_packages,
+        fabric=fabric,
+        dcgm=dcgm,
         previous=previous or {},
-        vip_routes=(
-            {vip: route_to(runner, vip) for vip in _manifest_vips(expected)} if needed("network") else {}
-        ),
-        # statfs on a dead NFS server would hang: only the nfs area asks, each in a killable child,
-        # and never under a fixture --root (the mounts there are not this host's).
-        nfs_responsive=(
-            _responsive(mounts, nfs_timeout, deadline) if needed("nfs") and fs.root == Path("/") else {}
-        ),
-        nfs_stats=(
-            {m.mount_point: m for m in parse_mountstats(read_optional(fs, "/proc/self/mountstats") or "").nfs}
-            if needed("nfs") and any(m.fstype in NFS_FSTYPES for m in mounts)
-            else {}
-        ),
+        vip_routes=vip_routes,
+        nfs_responsive=nfs_responsive,
+        nfs_stats=nfs_stats,
         kernel_log=kernel_log,
-        memory_errors=read_memory_errors(fs, kernel_log.text) if needed("system") else MemoryErrors(),
-        nvml=(nvml := _nvml_state(nvml_future, fs)),
-        slurm_jobs=slurm_jobs_on(runner, socket.gethostname().split(".")[0], max(deadline.limit(5.0), 0.1))
-        if needed("gpu") and any(g.compute_pids for g in nvml.gpus)
-        else None,
+        memory_errors=memory_errors,
+        nvml=nvml,
+        slurm_jobs=slurm_jobs,
         environ=job_environ if env_wanted else {},
         uid=os.getuid(),
         env_values=_env_values(files, expected),
-        slurm_conf={
-            path: parse_slurm_conf(text)
-            for path, text in files.items()
-            if path == _slurm_conf_path(expected) and text is not None
-        },
-        paths=job_paths(fs, job_environ, expected, mounts, deadline) if env_wanted else {},
+        slurm_conf=slurm_conf,
+        paths=paths,
         errors=errors,
         missed=dict(deadline.missed),  # last: after every probe above has run
     )
