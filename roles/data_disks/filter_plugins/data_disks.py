@@ -138,6 +138,41 @@ def _blkid_export(stdout: str) -> dict[str, str]:
     return {k: v for k, v in pairs}
 
 
+def _what_the_disk_holds(
+    name: str,
+    disk: dict[str, Any],
+    found: dict[str, str],
+    signatures: list[dict[str, Any]],
+    format_allowed: bool,
+    errors: list[str],
+) -> tuple[str | None, str]:
+    """(uuid, action) by what blkid and wipefs saw: a filesystem is used (never reformatted), any
+    other signature is refused, a blank disk is formatted only when allowed. Refusals go to errors."""
+    if found.get("TYPE") and found.get("USAGE", "filesystem") == "filesystem":
+        if found["TYPE"] != disk["fstype"]:
+            errors.append(
+                f"{name} holds a {found['TYPE']} filesystem, not {disk['fstype']}: it is never "
+                "reformatted; set its fstype to match or wipe it yourself"
+            )
+        return found.get("UUID"), "use"
+    if signatures or found.get("PTTYPE") or found.get("TYPE"):
+        kinds = sorted(
+            {s.get("type", "?") for s in signatures} | {found[k] for k in ("TYPE", "PTTYPE") if k in found}
+        )
+        errors.append(
+            f"{name} has no filesystem but holds {', '.join(kinds)} (partition table, LVM or RAID "
+            "member): refusing to format it"
+        )
+        return None, "use"
+    if not format_allowed:
+        errors.append(
+            f"{name} is blank (no filesystem or signature): set data_disks_format_allowed: true to "
+            f"create {disk['fstype']} on it"
+        )
+        return None, "use"
+    return None, "format"
+
+
 def data_disks_plan(
     disks: list[dict[str, Any]],
     resolved: list[dict[str, Any]],
@@ -174,29 +209,9 @@ def data_disks_plan(
         plan["live_options"] = next(
             (t["options"].split(",") for t in targets if t["target"] == disk["mount_point"]), []
         )
-        if found.get("TYPE") and found.get("USAGE", "filesystem") == "filesystem":
-            plan["uuid"] = found.get("UUID")
-            if found["TYPE"] != disk["fstype"]:
-                errors.append(
-                    f"{name} holds a {found['TYPE']} filesystem, not {disk['fstype']}: it is never "
-                    "reformatted; set its fstype to match or wipe it yourself"
-                )
-        elif signatures or found.get("PTTYPE") or found.get("TYPE"):
-            kinds = sorted(
-                {s.get("type", "?") for s in signatures}
-                | {found[k] for k in ("TYPE", "PTTYPE") if k in found}
-            )
-            errors.append(
-                f"{name} has no filesystem but holds {', '.join(kinds)} (partition table, LVM or RAID "
-                "member): refusing to format it"
-            )
-        elif not format_allowed:
-            errors.append(
-                f"{name} is blank (no filesystem or signature): set data_disks_format_allowed: true to "
-                f"create {disk['fstype']} on it"
-            )
-        else:
-            plan["action"] = "format"
+        plan["uuid"], plan["action"] = _what_the_disk_holds(
+            name, disk, found, signatures, format_allowed, errors
+        )
         elsewhere = [t for t in plan["mounted_at"] if t != disk["mount_point"]]
         if elsewhere and disk["mount_point"] not in plan["mounted_at"] and not move_allowed:
             errors.append(

@@ -26,6 +26,63 @@ def _is_ipv4(value: Any) -> bool:
     return True
 
 
+def _vip_errors(
+    where: str, vip: Mapping[str, Any], seen_vips: set[str], seen_mounts: dict[str, str]
+) -> list[str]:
+    """The VIP's address and mount point, each once across the list (the seen sets grow here)."""
+    errors = []
+    address, mount_point = vip.get("address"), vip.get("mount_point")
+    if not _is_ipv4(address):
+        errors.append(f"{where}.address={address!r} is not an IPv4 address")
+    elif str(address) in seen_vips:
+        errors.append(f"{where}.address={address} is listed twice")
+    else:
+        seen_vips.add(str(address))
+    mount_key = mount_point.rstrip("/") if isinstance(mount_point, str) else ""
+    if not isinstance(mount_point, str) or not mount_point.startswith("/") or not mount_key:
+        errors.append(f"{where}.mount_point={mount_point!r} must be an absolute path other than /")
+    elif mount_key in seen_mounts:
+        errors.append(
+            f"{where}.mount_point={mount_point} is already used by {seen_mounts[mount_key]}:"
+            " one mount point per VIP"
+        )
+    else:
+        seen_mounts[mount_point.rstrip("/")] = str(address)
+    return errors
+
+
+def _path_errors(
+    where: str,
+    vip: Mapping[str, Any],
+    facts: Mapping[str, Any],
+    interfaces: set[str],
+    control: Mapping[str, Any] | None,
+) -> list[str]:
+    """The VIP's interface and source address on this host, and never the route Ansible uses."""
+    errors = []
+    address, interface, source = vip.get("address"), str(vip.get("interface", "")), vip.get("source")
+    if interface not in interfaces:
+        errors.append(
+            f"{where}.interface={interface!r} is not an interface of this host ({sorted(interfaces)})"
+        )
+    elif not _is_ipv4(source) or str(source) not in _addresses_of(facts, interface):
+        errors.append(
+            f"{where}.source={source!r} is not an address on {interface} "
+            f"({sorted(_addresses_of(facts, interface))})"
+        )
+    if (
+        control
+        and control.get("peer")
+        and str(address) == str(control["peer"])
+        and str(control.get("dev")) != interface
+    ):
+        errors.append(
+            f"{where}.address={address} is the address Ansible connects from (via "
+            f"{control.get('dev')}): routing it over {interface} would cut this connection"
+        )
+    return errors
+
+
 def nfs_multivip_errors(
     vips: Sequence[Mapping[str, Any]],
     server_path: Any,
@@ -53,43 +110,8 @@ def nfs_multivip_errors(
         if not isinstance(vip, Mapping):
             errors.append(f"{where} must be a mapping with address, mount_point, interface, source")
             continue
-        address, mount_point = vip.get("address"), vip.get("mount_point")
-        interface, source = str(vip.get("interface", "")), vip.get("source")
-        if not _is_ipv4(address):
-            errors.append(f"{where}.address={address!r} is not an IPv4 address")
-        elif str(address) in seen_vips:
-            errors.append(f"{where}.address={address} is listed twice")
-        else:
-            seen_vips.add(str(address))
-        mount_key = mount_point.rstrip("/") if isinstance(mount_point, str) else ""
-        if not isinstance(mount_point, str) or not mount_point.startswith("/") or not mount_key:
-            errors.append(f"{where}.mount_point={mount_point!r} must be an absolute path other than /")
-        elif mount_key in seen_mounts:
-            errors.append(
-                f"{where}.mount_point={mount_point} is already used by {seen_mounts[mount_key]}:"
-                " one mount point per VIP"
-            )
-        else:
-            seen_mounts[mount_point.rstrip("/")] = str(address)
-        if interface not in interfaces:
-            errors.append(
-                f"{where}.interface={interface!r} is not an interface of this host ({sorted(interfaces)})"
-            )
-        elif not _is_ipv4(source) or str(source) not in _addresses_of(facts, interface):
-            errors.append(
-                f"{where}.source={source!r} is not an address on {interface} "
-                f"({sorted(_addresses_of(facts, interface))})"
-            )
-        if (
-            control
-            and control.get("peer")
-            and str(address) == str(control["peer"])
-            and str(control.get("dev")) != interface
-        ):
-            errors.append(
-                f"{where}.address={address} is the address Ansible connects from (via "
-                f"{control.get('dev')}): routing it over {interface} would cut this connection"
-            )
+        errors += _vip_errors(where, vip, seen_vips, seen_mounts)
+        errors += _path_errors(where, vip, facts, interfaces, control)
     return errors
 
 

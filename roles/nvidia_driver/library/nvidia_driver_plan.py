@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -375,119 +376,149 @@ def loaded_module() -> str | None:
         return None
 
 
-def run_module() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "branch": {"type": "str", "required": True},
-            "server": {"type": "bool"},
-            "open": {"type": "str", "choices": ["true", "false", "auto"]},
-            "kernel_modules": {"type": "str", "choices": ["prebuilt", "dkms", "none"]},
-            "fabricmanager": {"type": "str", "choices": ["true", "false", "auto"]},
-            "sys_dir": {"type": "path", "default": "/sys"},
-            "installed_only": {"type": "bool", "default": False},
-        },
-        required_if=[("installed_only", False, ("server", "open", "kernel_modules", "fabricmanager"))],
-        supports_check_mode=True,
-    )
-    p = module.params
-    env = {"LC_ALL": "C"}
-    if p["sys_dir"] != "/sys":
-        env["UBUNTU_DRIVERS_SYS_DIR"] = p["sys_dir"]
+class _Host:
+    """The module's commands, run with LC_ALL=C (and ubuntu-drivers pointed at a test sysfs)."""
 
-    def run(argv: list[str], what: str, check_rc: bool = True) -> str:
-        rc, out, err = module.run_command(argv, environ_update=env)
+    def __init__(self, module: AnsibleModule, sys_dir: str) -> None:
+        self.module = module
+        self.env = {"LC_ALL": "C"}
+        if sys_dir != "/sys":
+            self.env["UBUNTU_DRIVERS_SYS_DIR"] = sys_dir
+
+    def run(self, argv: list[str], what: str, check_rc: bool = True) -> str:
+        rc, out, err = self.module.run_command(argv, environ_update=self.env)
         if rc != 0 and check_rc:
-            module.fail_json(msg=f"{what} failed (rc={rc}): {err.strip() or out.strip()}", argv=argv)
+            self.module.fail_json(msg=f"{what} failed (rc={rc}): {err.strip() or out.strip()}", argv=argv)
         return str(out)
 
-    def dpkg_status() -> dict[str, tuple[str, str]]:
+    def dpkg_status(self) -> dict[str, tuple[str, str]]:
         return parse_dpkg_status(
-            run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"], "dpkg-query")
+            self.run(
+                ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"], "dpkg-query"
+            )
         )
 
-    if p["installed_only"]:
-        if not re.fullmatch(r"[0-9]{3,4}", p["branch"]):
-            module.fail_json(msg=f"installed_only needs a branch number, not {p['branch']!r}")
-        installed, held = installed_branch_packages(dpkg_status(), p["branch"])
-        module.exit_json(
-            changed=False,
-            branch=p["branch"],
-            installed=installed,
-            held=held,
-            module_loaded=loaded_module() is not None,
+    def recommended(self) -> Candidate | None:
+        # An ubuntu-drivers without --recommended exits non-zero (a usage error): no recommendation.
+        rc, out, _ = self.module.run_command(
+            ["ubuntu-drivers", "list", "--gpgpu", "--recommended"], environ_update=self.env
+        )
+        return recommendation(str(out) if rc == 0 else None)
+
+    def in_apt_sources(self, package: str) -> bool:
+        return bool(
+            self.run(["apt-cache", "show", "--no-all-versions", package], "apt-cache", check_rc=False).strip()
         )
 
-    gpus, switches = count_pci_devices(p["sys_dir"])
-    listing = run(["ubuntu-drivers", "list", "--gpgpu"], "ubuntu-drivers list --gpgpu")
-    candidates = parse_gpgpu_list(listing)
-    # An ubuntu-drivers without --recommended exits non-zero (a usage error): no recommendation.
-    rc, recommended_out, _ = module.run_command(
-        ["ubuntu-drivers", "list", "--gpgpu", "--recommended"], environ_update=env
-    )
-    recommended = recommendation(str(recommended_out) if rc == 0 else None)
-    if gpus == 0 and not candidates:
-        module.fail_json(
-            msg=f"no NVIDIA GPU found under {p['sys_dir']}/bus/pci/devices: apply nvidia_driver "
-            "only to GPU nodes (or set nvidia_driver_sys_dir for a test tree)",
-            ubuntu_drivers=listing,
-        )
-
-    resolved: dict[str, str] = {}
-    if p["branch"] != "auto":
-        package = f"nvidia-driver-{p['branch']}{'-server' if p['server'] else ''}"
+    def transitional_targets(self, branch: str, server: bool) -> dict[str, str]:
+        """The asked branch's driver package -> what its transitional package now installs (if it is one)."""
+        package = f"nvidia-driver-{branch}{'-server' if server else ''}"
         seen = package
         for _ in range(TRANSITIONAL_DEPTH):
-            control = run(["apt-cache", "show", "--no-all-versions", seen], "apt-cache show", check_rc=False)
+            control = self.run(
+                ["apt-cache", "show", "--no-all-versions", seen], "apt-cache show", check_rc=False
+            )
             target = transitional_target(seen, control)
             if not target:
                 break
             seen = target
-        if seen != package:
-            resolved[package] = seen
+        return {package: seen} if seen != package else {}
 
-    try:
-        chosen, notes = choose(candidates, p["branch"], p["server"], p["open"], resolved, recommended)
-        want_fm = p["fabricmanager"] == "true" or (p["fabricmanager"] == "auto" and switches > 0)
-        packages, problems = wanted_packages(chosen, p["kernel_modules"], want_fm)
-        if problems:
-            raise PlanError("; ".join(problems))
-        unknown = [
-            name
-            for name in packages
-            if not run(["apt-cache", "show", "--no-all-versions", name], "apt-cache", check_rc=False).strip()
-        ]
-        if unknown:
-            hint = ""
-            if any(name.startswith("nvidia-fabricmanager-") for name in unknown):
-                hint = (
-                    f" ({switches} NVSwitch(es) found: Fabric Manager must match the driver branch; add "
-                    "an apt source that has it, or set nvidia_driver_fabricmanager: false)"
-                )
-            raise PlanError(f"not in the configured apt sources: {', '.join(unknown)}{hint}")
-    except PlanError as exc:
-        module.fail_json(msg=str(exc), offered=[c.package for c in candidates], gpu_count=gpus)
 
-    dpkg = dpkg_status()
+def _installed_only(host: _Host, branch: str) -> None:
+    """installed_only: what of this branch dpkg has, for rollback; exits the module."""
+    if not re.fullmatch(r"[0-9]{3,4}", branch):
+        host.module.fail_json(msg=f"installed_only needs a branch number, not {branch!r}")
+    installed, held = installed_branch_packages(host.dpkg_status(), branch)
+    host.module.exit_json(
+        changed=False,
+        branch=branch,
+        installed=installed,
+        held=held,
+        module_loaded=loaded_module() is not None,
+    )
+
+
+def _chosen_packages(
+    host: _Host, p: dict[str, Any], candidates: list[Candidate], recommended: Candidate | None, switches: int
+) -> tuple[Candidate, list[str], list[str], bool]:
+    """The driver to install and its packages (with Fabric Manager where wanted), each in the apt
+    sources: (chosen, notes, packages, Fabric Manager wanted). PlanError says why there is none."""
+    resolved = host.transitional_targets(p["branch"], p["server"]) if p["branch"] != "auto" else {}
+    chosen, notes = choose(candidates, p["branch"], p["server"], p["open"], resolved, recommended)
+    want_fm = p["fabricmanager"] == "true" or (p["fabricmanager"] == "auto" and switches > 0)
+    packages, problems = wanted_packages(chosen, p["kernel_modules"], want_fm)
+    if problems:
+        raise PlanError("; ".join(problems))
+    unknown = [name for name in packages if not host.in_apt_sources(name)]
+    if unknown:
+        hint = ""
+        if any(name.startswith("nvidia-fabricmanager-") for name in unknown):
+            hint = (
+                f" ({switches} NVSwitch(es) found: Fabric Manager must match the driver branch; add "
+                "an apt source that has it, or set nvidia_driver_fabricmanager: false)"
+            )
+        raise PlanError(f"not in the configured apt sources: {', '.join(unknown)}{hint}")
+    return chosen, notes, packages, want_fm
+
+
+def _changes(
+    host: _Host, packages: list[str], dpkg: dict[str, tuple[str, str]]
+) -> tuple[list[str], list[str], list[str], str | None]:
+    """(missing, to_install, to_remove, userspace version after the install) from apt's simulation."""
     missing = [name for name in packages if not is_installed(dpkg.get(name, ("", ""))[1])]
     to_install: list[str] = []
     to_remove: list[str] = []
     utils = packages[1]
     installed_version = dpkg[utils][0] if is_installed(dpkg.get(utils, ("", ""))[1]) else None
     if missing:
-        simulation = run(
+        simulation = host.run(
             # The holds of a branch being replaced are released before the real install.
-            [
-                "apt-get",
-                "install",
-                "-s",
-                "--no-install-recommends",
-                "--ignore-hold",
-                *packages,
-            ],
+            ["apt-get", "install", "-s", "--no-install-recommends", "--ignore-hold", *packages],
             "apt-get install -s (simulated)",
         )
         to_install, to_remove = parse_simulation(simulation)
         installed_version = simulated_version(simulation, utils) or installed_version
+    return missing, to_install, to_remove, installed_version
+
+
+ARGUMENT_SPEC = {
+    "branch": {"type": "str", "required": True},
+    "server": {"type": "bool"},
+    "open": {"type": "str", "choices": ["true", "false", "auto"]},
+    "kernel_modules": {"type": "str", "choices": ["prebuilt", "dkms", "none"]},
+    "fabricmanager": {"type": "str", "choices": ["true", "false", "auto"]},
+    "sys_dir": {"type": "path", "default": "/sys"},
+    "installed_only": {"type": "bool", "default": False},
+}
+
+
+def run_module() -> None:
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        required_if=[("installed_only", False, ("server", "open", "kernel_modules", "fabricmanager"))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    host = _Host(module, p["sys_dir"])
+    if p["installed_only"]:
+        _installed_only(host, p["branch"])
+    gpus, switches = count_pci_devices(p["sys_dir"])
+    listing = host.run(["ubuntu-drivers", "list", "--gpgpu"], "ubuntu-drivers list --gpgpu")
+    candidates = parse_gpgpu_list(listing)
+    recommended = host.recommended()
+    if gpus == 0 and not candidates:
+        module.fail_json(
+            msg=f"no NVIDIA GPU found under {p['sys_dir']}/bus/pci/devices: apply nvidia_driver "
+            "only to GPU nodes (or set nvidia_driver_sys_dir for a test tree)",
+            ubuntu_drivers=listing,
+        )
+    try:
+        chosen, notes, packages, want_fm = _chosen_packages(host, p, candidates, recommended, switches)
+    except PlanError as exc:
+        module.fail_json(msg=str(exc), offered=[c.package for c in candidates], gpu_count=gpus)
+    dpkg = host.dpkg_status()
+    missing, to_install, to_remove, installed_version = _changes(host, packages, dpkg)
     loaded = loaded_module()
     userspace = upstream_version(installed_version) if installed_version else None
     hold = hold_set(chosen.branch, packages, dpkg, to_install, to_remove)
