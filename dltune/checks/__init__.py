@@ -121,7 +121,7 @@ def run_checks(snapshot: Snapshot, areas: Iterable[str] | None = None) -> list[R
 
 
 # Importing the area modules registers their checks.
-from dltune.checks import dcgm, driver, env, fabric, gpu, network, nfs, staging, storage, system  # noqa: E402
+from dltune.checks import dcgm, driver, env, fabric, gpu, job_scratch, network, nfs, storage, system  # noqa: E402
 
 __all__ = [
     "check",
@@ -130,11 +130,11 @@ __all__ = [
     "env",
     "fabric",
     "gpu",
+    "job_scratch",
     "network",
     "nfs",
     "registered",
     "run_checks",
-    "staging",
     "storage",
     "system",
 ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from dltune.checks.env import cublas_workspace, node_files
-from dltune.checks.staging import REMOTE_FSTYPES, is_remote, slurm_hooks, slurm_tmpdir
+from dltune.checks.job_scratch import REMOTE_FSTYPES, is_remote, slurm_hooks, slurm_tmpdir
 from dltune.model import Status
 from dltune.probes import collect_snapshot
 from dltune.probes.jobenv import parse_env_file, parse_slurm_conf

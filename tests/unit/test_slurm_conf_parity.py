@@ -1,5 +1,5 @@
 """slurm.conf has two readers: the audit (probes/jobenv.parse_slurm_conf, then
-checks/staging.prolog_runs_at_allocation) and role slurm_tmpdir's module (parse, runs_at_allocation),
+checks/job_scratch.prolog_runs_at_allocation) and role slurm_tmpdir's module (parse, runs_at_allocation),
 which writes the file. Both must read any slurm.conf alike: the same effective Prolog, Epilog,
 TaskProlog and PrologFlags (keys case-insensitive, the last assignment wins) and the same decision on
 whether the Prolog runs at allocation. Fed the same real files (tests/fixtures/real/slurm_conf, each
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dltune.checks.staging import prolog_runs_at_allocation
+from dltune.checks.job_scratch import prolog_runs_at_allocation
 from dltune.probes.jobenv import parse_slurm_conf
 from tests.conftest import load_role_module
 from tests.real_corpus import Sample, samples
