@@ -118,7 +118,11 @@ def judge_matmul(samples: Sequence[Matmul], lookup: Callable[[str], Spec | None]
     results = []
     best: dict[tuple[str, str], float] = {}
     for s in samples:
-        best[(s.dtype, s.name)] = max(best.get((s.dtype, s.name), 0.0), s.tflops)
+        spec = lookup(s.name)
+        # The node's best among figures that can be true: one GPU timed above its peak (or with
+        # repeats that disagree) must not make every healthy GPU beside it an outlier.
+        if unreliable("", s.tflops, spec.tflops.get(s.dtype) if spec else None, s.spread) is None:
+            best[(s.dtype, s.name)] = max(best.get((s.dtype, s.name), 0.0), s.tflops)
     for s in samples:
         spec = lookup(s.name)
         peak = spec.tflops.get(s.dtype) if spec else None
@@ -152,7 +156,7 @@ def judge_matmul(samples: Sequence[Matmul], lookup: Callable[[str], Spec | None]
             summary += " (a MIG slice: compared with the node's other slices of this profile only)"
         else:
             summary += " (no published peak for this device: compared with the node's others only)"
-        top = best[(s.dtype, s.name)]
+        top = best.get((s.dtype, s.name), 0.0)
         ratio = s.tflops / top if top else 1.0
         metrics["fraction_of_best"] = ratio
         figure = f"{s.tflops:.1f} TFLOPS ({s.tflops / peak:.0%} of the dense peak)" if peak else ""

@@ -231,3 +231,17 @@ def test_a_failed_data_parallel_run_keeps_the_worker_s_own_error_not_only_torchr
     assert len(kept) < 4000
     short = "RuntimeError: boom\n"
     assert judge_torchrun_failed("failed", short).evidence["stderr"] == short
+
+
+def test_an_unreliable_figure_never_sets_the_nodes_best() -> None:
+    """One GPU timed above its peak (a glitch) made every healthy H100 beside it an outlier."""
+    name = "NVIDIA H100 80GB HBM3"
+    results = judge_matmul(
+        [
+            Matmul("cuda:0", name, "bf16", 8192, 760.0, 0.01),
+            Matmul("cuda:1", name, "bf16", 8192, 1200.0, 0.01),  # above the dense peak
+            Matmul("cuda:2", name, "bf16", 8192, 2000.0, 0.6),  # repeats disagree
+        ]
+    )
+    assert [r.status for r in results] == [Status.PASS, Status.WARN, Status.WARN]
+    assert "outlier" not in results[0].summary
