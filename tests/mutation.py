@@ -21,7 +21,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENT = REPO_ROOT / "tests" / "mutation_equivalent.txt"
 KILLED_EXIT_CODES = {1, 3, 36, 37, -24, 24, 152, 255}  # a failing test, a timeout, a type error
-SURVIVED_EXIT_CODE = 0
+# Survived: every test passed, or no test runs the mutated function at all (mutmut's "no tests").
+SURVIVED_EXIT_CODES = {0, 5, 33}
 
 _copytree = shutil.copytree
 
@@ -55,7 +56,7 @@ def score(mutants: Path = REPO_ROOT / "mutants") -> int:
         exit_codes = json.loads(meta.read_text())["exit_code_by_key"]
         killed = sum(1 for code in exit_codes.values() if code in KILLED_EXIT_CODES)
         alive = [
-            name for name, code in exit_codes.items() if code == SURVIVED_EXIT_CODE and name not in equivalent
+            name for name, code in exit_codes.items() if code in SURVIVED_EXIT_CODES and name not in equivalent
         ]
         survivors += alive
         totals[0] += killed
