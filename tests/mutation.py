@@ -55,9 +55,8 @@ def score(mutants: Path = REPO_ROOT / "mutants") -> int:
     for meta in sorted(mutants.rglob("*.py.meta")):
         exit_codes = json.loads(meta.read_text())["exit_code_by_key"]
         killed = sum(1 for code in exit_codes.values() if code in KILLED_EXIT_CODES)
-        alive = [
-            name for name, code in exit_codes.items() if code in SURVIVED_EXIT_CODES and name not in equivalent
-        ]
+        alive = [name for name, code in exit_codes.items() if code in SURVIVED_EXIT_CODES]
+        alive = [name for name in alive if name not in equivalent]
         survivors += alive
         totals[0] += killed
         totals[1] += killed + len(alive)
