@@ -38,8 +38,14 @@ def parse_slurm_conf(text: str) -> dict[str, str]:
 
 
 def fstype_at(path: str, mounts: Iterable[Mount]) -> str:
+    """The type of the mount `path` lives on: the longest mount point above it, and of several mounts
+    at that point the last (mountinfo lists in mount order: the last is on top, the others hidden).
+    Role slurm_tmpdir's filter decides the same (tests/unit/test_mount_rules_parity.py)."""
     holding = [m for m in mounts if path == m.mount_point or path.startswith(m.mount_point.rstrip("/") + "/")]
-    return max(holding, key=lambda m: len(m.mount_point)).fstype if holding else "unknown"
+    if not holding:
+        return "unknown"
+    longest = max(len(m.mount_point) for m in holding)
+    return [m for m in holding if len(m.mount_point) == longest][-1].fstype
 
 
 def path_info(
