@@ -81,6 +81,49 @@ def _gpu(index: int, **changes: Any) -> Gpu:
 
 GPU_STATES: dict[str, NvmlState] = {
     "eight_healthy": NvmlState(True, driver_version="580.95.05", gpus=tuple(_gpu(i) for i in range(8))),
+    "memory_wear": NvmlState(
+        True,
+        driver_version="580.95.05",
+        gpus=(
+            _gpu(0, remapped_rows_pending=True),  # a remap waits for a reset, nothing else
+            _gpu(1, remapped_rows_corrected=3, remapped_rows_uncorrected=1),
+            _gpu(
+                2,
+                name="Tesla V100-SXM2-32GB",
+                remap_histogram=None,
+                remapped_rows_pending=None,
+                remapped_rows_failure=None,
+                remapped_rows_corrected=None,
+                remapped_rows_uncorrected=None,
+                retired_pages_sbe=10,
+                retired_pages_dbe=2,
+                retired_pages_pending=False,
+            ),
+            _gpu(
+                3,
+                name="Tesla V100-SXM2-32GB",
+                remap_histogram=None,
+                remapped_rows_pending=None,
+                remapped_rows_failure=None,
+                remapped_rows_corrected=None,
+                remapped_rows_uncorrected=None,
+                retired_pages_sbe=0,
+                retired_pages_dbe=0,
+                retired_pages_pending=True,
+            ),
+            _gpu(
+                4,
+                ecc_uncorrected_volatile=None,
+                ecc_corrected_volatile=None,
+                remapped_rows_pending=None,
+                remapped_rows_failure=None,
+                remapped_rows_corrected=None,
+                remapped_rows_uncorrected=None,
+                remap_histogram=None,
+            ),  # a GeForce: no ECC at all
+            _gpu(5, remap_histogram={"max": 500, "high": 100, "partial": 30, "low": 0, "none": 0}),
+        ),
+    ),
     "nvml_missing": NvmlState(False, error="NVML Shared Library Not Found", error_code=12),
     "nvml_hung": NvmlState(False, error="NVML did not answer within 10 s", hung=True),
     "no_gpus": NvmlState(True, driver_version="580.95.05"),
