@@ -29,6 +29,11 @@ from dltune.snapshot import (
 THERMAL_MARGIN_C = 5
 # A reason that held the clocks for at least half of the probe's window persists (not a passing event).
 SUSTAINED_SHARE = 0.5
+# An enforced limit this far below the default is a lowered one (NVML reports both in mW; a board's
+# default can read a few watts off its nominal value).
+POWER_LIMIT_LOWERED = 0.98
+# Application clocks this far below their default were set lower (nvidia-smi -ac), not rounded.
+APP_CLOCK_LOWERED = 0.99
 
 
 def _subject(gpu: Gpu) -> str:
@@ -394,12 +399,7 @@ def _judge_clocks(g: Gpu) -> Verdict:
             evidence=evidence,
             remedy="check airflow and inlet temperature (nvidia-smi -q -d TEMPERATURE)",
         )
-    lowered = (
-        g.power_limit_w is not None
-        and g.power_default_limit_w is not None
-        and g.power_limit_w < g.power_default_limit_w * 0.98
-    )
-    if seen(SW_POWER_CAP) and lowered:
+    if seen(SW_POWER_CAP) and power_limit_lowered(g):
         return Verdict(
             Status.WARN,
             f"held at a power limit lowered to {g.power_limit_w:.0f} W "
@@ -466,9 +466,13 @@ def _judge_persistence(g: Gpu) -> Verdict:
     return Verdict(Status.PASS, "persistence mode on")
 
 
-# An enforced limit this far below the default is a lowered one (NVML reports both in mW; a board's
-# default can read a few watts off its nominal value).
-POWER_LIMIT_LOWERED = 0.98
+def power_limit_lowered(g: Gpu) -> bool:
+    """The one rule gpu.power_limit and gpu.clocks (a power cap under a lowered limit) share."""
+    return (
+        g.power_limit_w is not None
+        and g.power_default_limit_w is not None
+        and g.power_limit_w < g.power_default_limit_w * POWER_LIMIT_LOWERED
+    )
 
 
 def _judge_power_limit(g: Gpu) -> Verdict:
@@ -476,7 +480,7 @@ def _judge_power_limit(g: Gpu) -> Verdict:
         return Verdict(Status.SKIP, "power limits not reported")
     evidence = {"power_limit_w": g.power_limit_w, "power_default_limit_w": g.power_default_limit_w}
     metrics = {"power_limit_w": g.power_limit_w, "power_default_limit_w": g.power_default_limit_w}
-    if g.power_limit_w < g.power_default_limit_w * POWER_LIMIT_LOWERED:
+    if power_limit_lowered(g):
         return Verdict(
             Status.WARN,
             f"power limit lowered to {g.power_limit_w:.0f} W (default {g.power_default_limit_w:.0f} W): "
@@ -497,7 +501,7 @@ def _judge_app_clocks(g: Gpu) -> Verdict:
     if now is None or default is None:
         return Verdict(Status.SKIP, "application clocks not supported")
     evidence = {"app_clock_mhz": now, "app_clock_default_mhz": default}
-    if now < default * 0.99:
+    if now < default * APP_CLOCK_LOWERED:
         return Verdict(
             Status.WARN,
             f"application clock lowered to {now} MHz (default {default} MHz)",

@@ -10,6 +10,7 @@ from dltune.checks.gpu import (
     IDLE,
     POWER_LIMIT_LOWERED,
     SUSTAINED_SHARE,
+    SW_POWER_CAP,
     SW_THERMAL,
     THERMAL_MARGIN_C,
     app_clocks,
@@ -109,9 +110,25 @@ def test_power_limit_lowered_below_98_percent_of_the_default(limit: float, statu
     assert judged(power_limit, Gpu(index=0, power_limit_w=limit, power_default_limit_w=700.0)) is status
 
 
-@pytest.mark.parametrize(("clock", "status"), [(1980, Status.PASS), (1961, Status.PASS), (1960, Status.WARN)])
-def test_application_clock_below_99_percent_of_its_default(clock: int, status: Status) -> None:
-    assert judged(app_clocks, Gpu(index=0, app_clock_mhz=clock, app_clock_default_mhz=1980)) is status
+@pytest.mark.parametrize(
+    ("clock", "default", "status"),
+    [(1980, 1980, Status.PASS), (1961, 1980, Status.PASS), (1960, 1980, Status.WARN), (99, 100, Status.PASS)],
+)
+def test_application_clock_below_99_percent_of_its_default(clock: int, default: int, status: Status) -> None:
+    assert judged(app_clocks, Gpu(index=0, app_clock_mhz=clock, app_clock_default_mhz=default)) is status
+
+
+@pytest.mark.parametrize(
+    ("limit", "status"),
+    [(700 * POWER_LIMIT_LOWERED, Status.PASS), (700 * POWER_LIMIT_LOWERED - 1, Status.WARN)],
+)
+def test_clocks_held_by_the_power_cap_warn_only_under_a_lowered_limit(limit: float, status: Status) -> None:
+    """gpu.clocks shares gpu.power_limit's rule: a power cap at the default limit is a loaded GPU's
+    normal state; under a limit lowered below 98% of the default it is a finding."""
+    gpu = Gpu(index=0, power_limit_w=limit, power_default_limit_w=700.0, utilization_percent=100,
+              clock_event_reasons=SW_POWER_CAP, clock_event_reasons_later=SW_POWER_CAP,
+              clock_event_share={SW_POWER_CAP: 0.9})  # fmt: skip
+    assert judged(clocks, gpu) is status
 
 
 @pytest.mark.parametrize(("mode", "status"), [(True, Status.PASS), (False, Status.WARN), (None, Status.SKIP)])
