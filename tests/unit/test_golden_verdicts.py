@@ -79,6 +79,26 @@ def _gpu(index: int, **changes: Any) -> Gpu:
     )
 
 
+# What NVML answers where a GPU has no row remapping (pre-Ampere, GeForce) or no ECC at all.
+NO_ROW_REMAPPING: dict[str, Any] = {
+    "remap_histogram": None,
+    "remapped_rows_pending": None,
+    "remapped_rows_failure": None,
+    "remapped_rows_corrected": None,
+    "remapped_rows_uncorrected": None,
+}
+NO_ECC: dict[str, Any] = {
+    "ecc_uncorrected_volatile": None,
+    "ecc_corrected_volatile": None,
+    **NO_ROW_REMAPPING,
+}
+
+
+def _v100(index: int, **changes: Any) -> Gpu:
+    """A V100 (page retirement, no row remapping) as GPU `index`."""
+    return _gpu(index, name="Tesla V100-SXM2-32GB", **NO_ROW_REMAPPING, **changes)
+
+
 GPU_STATES: dict[str, NvmlState] = {
     "eight_healthy": NvmlState(True, driver_version="580.95.05", gpus=tuple(_gpu(i) for i in range(8))),
     "memory_wear": NvmlState(
@@ -87,40 +107,9 @@ GPU_STATES: dict[str, NvmlState] = {
         gpus=(
             _gpu(0, remapped_rows_pending=True),  # a remap waits for a reset, nothing else
             _gpu(1, remapped_rows_corrected=3, remapped_rows_uncorrected=1),
-            _gpu(
-                2,
-                name="Tesla V100-SXM2-32GB",
-                remap_histogram=None,
-                remapped_rows_pending=None,
-                remapped_rows_failure=None,
-                remapped_rows_corrected=None,
-                remapped_rows_uncorrected=None,
-                retired_pages_sbe=10,
-                retired_pages_dbe=2,
-                retired_pages_pending=False,
-            ),
-            _gpu(
-                3,
-                name="Tesla V100-SXM2-32GB",
-                remap_histogram=None,
-                remapped_rows_pending=None,
-                remapped_rows_failure=None,
-                remapped_rows_corrected=None,
-                remapped_rows_uncorrected=None,
-                retired_pages_sbe=0,
-                retired_pages_dbe=0,
-                retired_pages_pending=True,
-            ),
-            _gpu(
-                4,
-                ecc_uncorrected_volatile=None,
-                ecc_corrected_volatile=None,
-                remapped_rows_pending=None,
-                remapped_rows_failure=None,
-                remapped_rows_corrected=None,
-                remapped_rows_uncorrected=None,
-                remap_histogram=None,
-            ),  # a GeForce: no ECC at all
+            _v100(2, retired_pages_sbe=10, retired_pages_dbe=2, retired_pages_pending=False),
+            _v100(3, retired_pages_sbe=0, retired_pages_dbe=0, retired_pages_pending=True),
+            _gpu(4, **NO_ECC),  # a GeForce: no ECC at all
             _gpu(5, remap_histogram={"max": 500, "high": 100, "partial": 30, "low": 0, "none": 0}),
         ),
     ),
@@ -137,13 +126,7 @@ GPU_STATES: dict[str, NvmlState] = {
             _gpu(  # its ECC queries answer Unknown Error, as a failing GPU's do
                 index=2,
                 nvml_errors={"GetTotalEccErrors": "Unknown Error", "GetRemappedRows": "Unknown Error"},
-                ecc_uncorrected_volatile=None,
-                ecc_corrected_volatile=None,
-                remapped_rows_pending=None,
-                remapped_rows_failure=None,
-                remapped_rows_corrected=None,
-                remapped_rows_uncorrected=None,
-                remap_histogram=None,
+                **NO_ECC,
             ),
         ),
     ),
