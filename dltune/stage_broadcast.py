@@ -409,7 +409,7 @@ def _prepare(
     size = _reusable_pack(to, name, identity)
     if size is None:
         entries = local.scan_tree(first.path, 1)  # local disk: one thread is fastest
-        _check_pack_room(to, entries)
+        _check_pack_room(to, entries, env)
         size = pack_tree(first.path, entries, pack_path(to, name))
         record = {"identity": identity, "bytes": size}
         local.write_record(pack_record_path(to, name), record)
@@ -436,7 +436,7 @@ def _send(run: Run, payload: Payload, delivered: Path) -> str | None:
     return f"sbcast failed: {(sent.stdout or '').strip()[-500:]}"
 
 
-def _check_pack_room(to: Path, entries: Sequence[local.Entry]) -> None:
+def _check_pack_room(to: Path, entries: Sequence[local.Entry], env: dict[str, str]) -> None:
     """The first node holds its tree and needs room for two archives more: its pack, and the copy
     sbcast writes on every node, this one included."""
     size = packed_size(entries)
@@ -446,7 +446,7 @@ def _check_pack_room(to: Path, entries: Sequence[local.Entry]) -> None:
             [local.Entry("pack", "file", size), local.Entry("sent", "file", size)], 0, 0, here, to
         )
     except local.StageError as exc:
-        raise local.StageError(f"{_here({})}: no room to pack the dataset for sbcast: {exc}") from exc
+        raise local.StageError(f"{_here(env)}: no room to pack the dataset for sbcast: {exc}") from exc
 
 
 def _here(env: dict[str, str]) -> str:

@@ -1,11 +1,16 @@
 """The node side of `dltune stage --broadcast`, `--bwlimit`'s throttle and the parallel scan, on real
 local filesystems (tmp_path). Slurm itself (srun, sbcast) runs in the lab test
-(tests/integration/test_site_lab.py::test_broadcast_*), not here: nothing of it is faked."""
+(tests/integration/test_site_lab.py::test_broadcast_*); here the orchestration's decisions meet a
+scripted `run` that answers for srun, sbcast and scontrol (ScriptedSlurm, below)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import subprocess
+import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -233,3 +238,208 @@ def test_a_job_without_srun_or_sbcast_on_path_is_one_line_naming_srun(tmp_path: 
     result = runner.invoke(app, ["stage", str(src), "--to", str(tmp_path / "local"), "--broadcast"], env=env)
     assert result.exit_code == 1, result.output
     assert "srun: cannot run it" in result.output and "Traceback" not in result.output
+
+
+# --- the orchestration's decisions, with srun, sbcast and scontrol scripted ---------------------------
+# The real Slurm runs these steps in the lab test; here a scripted `run` answers for them so that each
+# decision (a silent node, a failing node, everything staged, a pack to reuse or not) is tested at its
+# boundary. Only the three commands' answers are scripted: the first node's stage and pack are real.
+
+
+class ScriptedSlurm:
+    """Answers scontrol, srun and sbcast as a job of `nodes` would; `answers[step][node]` is that
+    node's outcome of a step (None: the node printed nothing, as a killed task)."""
+
+    def __init__(self, nodes: list[str], answers: Mapping[str, Mapping[str, object]], sbcast_rc: int = 0):
+        self.nodes = nodes
+        self.answers = answers
+        self.sbcast_rc = sbcast_rc
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], **_kwargs: object) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        if argv[0] == "scontrol":
+            return subprocess.CompletedProcess(argv, 0, "\n".join(self.nodes) + "\n", "")
+        if argv[0] == "sbcast":
+            return subprocess.CompletedProcess(argv, self.sbcast_rc, "sbcast: error: disk full\n", "")
+        step = argv[argv.index("stage-node") + 1]
+        lines = []
+        for node in self.nodes:
+            answer = self.answers.get(step, {}).get(node, "default")
+            if answer == "default":
+                answer = stage_broadcast.NodeOutcome(node, True, "ready" if step == "check" else "done")
+            if isinstance(answer, stage_broadcast.NodeOutcome):
+                lines.append(answer.line())
+        return subprocess.CompletedProcess(
+            argv, 1 if len(lines) < len(self.nodes) else 0, "\n".join(lines), ""
+        )
+
+    def steps(self) -> list[str]:
+        return [c[c.index("stage-node") + 1] if "stage-node" in c else c[0] for c in self.calls]
+
+
+@pytest.fixture
+def slurm_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """sbcast and srun exist (shutil.which finds them; they are never run: `run` answers instead)."""
+    bin_dir = tmp_path / "slurm-bin"
+    bin_dir.mkdir()
+    for command in ("srun", "sbcast", "scontrol"):
+        (bin_dir / command).write_text("#!/bin/sh\nexit 99\n")
+        (bin_dir / command).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return {
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NUM_NODES": "3",
+        "SLURM_JOB_NODELIST": "n[1-3]",
+        "SLURMD_NODENAME": "n1",
+    }
+
+
+def broadcast_to(
+    tmp_path: Path, src: Path, slurm: ScriptedSlurm, env: dict[str, str], **options: bool
+) -> tuple[stage_broadcast.Broadcast, list[str]]:
+    to = tmp_path / "local"
+    to.mkdir(exist_ok=True)
+    said: list[str] = []
+    result = stage_broadcast.broadcast(
+        src,
+        to,
+        stage_broadcast.Options(workers=2, **options),
+        env=env,
+        run=slurm,
+        say=said.append,
+    )
+    return result, said
+
+
+def test_a_node_that_never_answers_is_failed_by_name_and_nothing_is_sent(
+    tmp_path: Path, slurm_on_path: dict[str, str]
+) -> None:
+    src = make_dataset(tmp_path / "shared", files=5)
+    slurm = ScriptedSlurm(["n1", "n2", "n3"], {"check": {"n3": None}})
+    result, _ = broadcast_to(tmp_path, src, slurm, slurm_on_path)
+    assert [(o.node, o.ok) for o in result.nodes] == [("n3", False)]
+    assert "no answer (srun exit 1)" in result.nodes[0].message
+    assert slurm.steps() == ["scontrol", "check"], "no sbcast and no finish after a silent node"
+
+
+def test_without_the_node_names_a_short_count_of_answers_is_a_failure(
+    tmp_path: Path, slurm_on_path: dict[str, str]
+) -> None:
+    """scontrol cannot list the nodes: two answers from a three-node job still fail the step."""
+    src = make_dataset(tmp_path / "shared", files=5)
+    slurm = ScriptedSlurm(["n1", "n2", "n3"], {"check": {"n2": None}})
+    env = {k: v for k, v in slurm_on_path.items() if k != "SLURM_JOB_NODELIST"}
+    result, _ = broadcast_to(tmp_path, src, slurm, env)
+    assert [(o.node, o.ok) for o in result.nodes] == [("1 node(s)", False)]
+    assert slurm.steps() == ["check"]
+
+
+def test_one_node_that_fails_its_check_stops_the_broadcast_and_is_the_only_one_reported(
+    tmp_path: Path, slurm_on_path: dict[str, str]
+) -> None:
+    src = make_dataset(tmp_path / "shared", files=5)
+    full = stage_broadcast.NodeOutcome("n2", False, "no room for the payload beside the dataset: ...")
+    slurm = ScriptedSlurm(["n1", "n2", "n3"], {"check": {"n2": full}})
+    result, _ = broadcast_to(tmp_path, src, slurm, slurm_on_path)
+    assert result.nodes == [full] and result.failed == [full]
+    assert "sbcast" not in slurm.steps() and "finish" not in slurm.steps()
+
+
+def test_every_node_already_staged_sends_nothing(tmp_path: Path, slurm_on_path: dict[str, str]) -> None:
+    src = make_dataset(tmp_path / "shared", files=5)
+    staged = {n: stage_broadcast.NodeOutcome(n, True, "staged") for n in ("n1", "n2", "n3")}
+    slurm = ScriptedSlurm(["n1", "n2", "n3"], {"check": staged})
+    result, _ = broadcast_to(tmp_path, src, slurm, slurm_on_path)
+    assert result.notes == ["every node already holds it"] and not result.failed
+    assert slurm.steps() == ["scontrol", "check", "finish"]
+    # One node not yet staged: the pack is sent.
+    staged["n2"] = stage_broadcast.NodeOutcome("n2", True, "ready")
+    slurm = ScriptedSlurm(["n1", "n2", "n3"], {"check": staged})
+    broadcast_to(tmp_path, src, slurm, slurm_on_path)
+    assert slurm.steps() == ["scontrol", "check", "sbcast", "finish"]
+
+
+def test_a_failed_finish_keeps_the_pack_for_the_rerun_which_reuses_it_only_while_whole(
+    tmp_path: Path, slurm_on_path: dict[str, str]
+) -> None:
+    src = make_dataset(tmp_path / "shared", files=20)
+    to = tmp_path / "local"
+    broken = stage_broadcast.NodeOutcome("n3", False, "did not arrive (sbcast)")
+    slurm = ScriptedSlurm(["n1", "n2", "n3"], {"finish": {"n3": broken}})
+    result, said = broadcast_to(tmp_path, src, slurm, slurm_on_path)
+    assert result.failed == [broken]
+    pack = stage_broadcast.pack_path(to, src.name)
+    size = pack.stat().st_size
+    payload_bytes = slurm.calls[1][slurm.calls[1].index("--payload-bytes") + 1]
+    assert payload_bytes == str(size) and not any("reusing" in line for line in said)
+
+    # The rerun: the pack is whole and the source unchanged, so it is reused (nothing packed again).
+    slurm = ScriptedSlurm(["n1", "n2", "n3"], {})
+    result, said = broadcast_to(tmp_path, src, slurm, slurm_on_path)
+    assert not result.failed and any("reusing the pack" in line for line in said)
+    assert not pack.exists(), "every node finished: the pack is removed"
+
+    # A pack cut short (a killed pack, a full disk) is never reused: it is made again, whole.
+    broadcast_to(tmp_path, src, ScriptedSlurm(["n1", "n2", "n3"], {"finish": {"n3": broken}}), slurm_on_path)
+    whole = pack.read_bytes()
+    with pack.open("r+b") as cut:
+        cut.truncate(len(whole) - stage_broadcast.TAR_BLOCK)
+    result, said = broadcast_to(
+        tmp_path, src, ScriptedSlurm(["n1", "n2", "n3"], {"finish": {"n3": broken}}), slurm_on_path
+    )
+    assert not any("reusing" in line for line in said)
+    assert pack.read_bytes() == whole
+
+    # A source changed since the pack was made: not reused either.
+    (src / "labels.txt").write_text("cat\ndog\nbird\n")
+    again = ScriptedSlurm(["n1", "n2", "n3"], {"finish": {"n3": broken}})
+    result, said = broadcast_to(tmp_path, src, again, slurm_on_path, replace=True)
+    assert not any("reusing" in line for line in said)
+    with tarfile.open(pack) as packed:
+        assert packed.extractfile("labels.txt").read() == b"cat\ndog\nbird\n"  # type: ignore[union-attr]
+
+
+def test_with_checksum_every_node_is_given_the_packs_digest(
+    tmp_path: Path, slurm_on_path: dict[str, str]
+) -> None:
+    src = make_dataset(tmp_path / "shared", files=5)
+    slurm = ScriptedSlurm(
+        ["n1", "n2", "n3"], {"finish": {"n3": stage_broadcast.NodeOutcome("n3", False, "x")}}
+    )
+    broadcast_to(tmp_path, src, slurm, slurm_on_path, checksum=True)
+    pack = stage_broadcast.pack_path(tmp_path / "local", src.name)
+    digest = hashlib.sha256(pack.read_bytes()).hexdigest()
+    for call in slurm.calls:
+        if "stage-node" in call:
+            assert call[call.index("--payload-sha256") + 1] == digest
+
+
+def test_a_failed_sbcast_falls_back_to_every_node_reading_the_source_itself(
+    tmp_path: Path, slurm_on_path: dict[str, str]
+) -> None:
+    src = make_dataset(tmp_path / "shared", files=5)
+    slurm = ScriptedSlurm(["n1", "n2", "n3"], {}, sbcast_rc=1)
+    result, said = broadcast_to(tmp_path, src, slurm, slurm_on_path)
+    assert slurm.steps() == ["scontrol", "check", "sbcast", "direct"]
+    assert result.notes == [
+        f"sbcast failed: sbcast: error: disk full: every node reads {src} from the shared filesystem itself"
+    ]
+    assert said[-1] == result.notes[-1] and not result.failed
+
+
+def test_the_first_node_refuses_to_pack_without_room_for_two_archives(
+    tmp_path: Path, slurm_on_path: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """statfs is the boundary faked: the disk holds the staged tree, but not its pack and the copy
+    sbcast writes beside it."""
+    src = make_dataset(tmp_path / "shared", files=5)
+    packed = stage_broadcast.packed_size(stage.scan_tree(src))
+    tight = Space(free_bytes=packed * 2 - 1, free_inodes=1000, block_size=512, fstype="ext4")
+    monkeypatch.setattr(stage_broadcast, "space_at", lambda _path: tight)
+    with pytest.raises(StageError, match=r"^n1: no room to pack the dataset for sbcast"):
+        broadcast_to(tmp_path, src, ScriptedSlurm(["n1", "n2", "n3"], {}), slurm_on_path)
+    roomy = Space(free_bytes=packed * 3, free_inodes=1000, block_size=512, fstype="ext4")
+    monkeypatch.setattr(stage_broadcast, "space_at", lambda _path: roomy)
+    result, _ = broadcast_to(tmp_path, src, ScriptedSlurm(["n1", "n2", "n3"], {}), slurm_on_path)
+    assert not result.failed
