@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from dltune import stage
+from dltune import staging
 
 
 def run(*argv: str) -> str:
@@ -75,7 +75,7 @@ def populate(src: Path, files: int, large: int, large_mb: int) -> None:
 
 
 def by_dltune(src: Path, dst: Path) -> None:
-    stage.stage(src, dst)
+    staging.stage(src, dst)
 
 
 def by_cp(src: Path, dst: Path) -> None:
@@ -212,7 +212,7 @@ def main() -> int:
                     console.print(f"slow source served: {source.stats()}")
         # --bwlimit: half what the copy reached unlimited, on the large files.
         cap = round(large_bytes / 1e6 / statistics.median(samples[("dltune stage", "large")]) / 2)
-        capped = timed(lambda s, d: stage.stage(s, d, bwlimit=cap), src / "large", dst)
+        capped = timed(lambda s, d: staging.stage(s, d, bwlimit=cap), src / "large", dst)
         console.print(f"--bwlimit {cap}: {large_bytes / 1e6 / capped:.0f} MB/s reached on the large files")
         limit, ceiling = statistics.median(limits), statistics.median(ceilings)
         table = Table(

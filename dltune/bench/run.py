@@ -91,15 +91,15 @@ def _dataset_dir(data: Path | None, scratch: Path, images: int = 48) -> tuple[Pa
         )
     if data.is_dir():
         return data, str(data)
-    from dltune import stage
+    from dltune import staging
 
-    if not stage.is_archive(data):
+    if not staging.is_archive(data):
         raise BenchError(f"--data {data}: give an ImageFolder directory or a tar archive of one")
 
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        staged = stage.stage(data, scratch)
-    except stage.StageError as exc:
+        staged = staging.stage(data, scratch)
+    except staging.StageError as exc:
         raise BenchError(f"--data {data}: {exc}") from exc  # an archive: extracted safely, once
     inner = [p for p in staged.path.iterdir() if p.is_dir()]
     # An archive of one top directory holding the classes: use that directory.

@@ -1,6 +1,6 @@
-"""Area ``staging``, the job's scratch (not `dltune stage` itself, whose rules live in stage.py): inside a
-Slurm job, $SLURM_TMPDIR is the job's own private directory on local disk with room to stage into;
-on any node, slurm.conf runs the slurm_tmpdir hooks as applied."""
+"""Area ``staging``, the job's scratch (not `dltune stage` itself, whose rules live in
+dltune/staging/): inside a Slurm job, $SLURM_TMPDIR is the job's own private directory on local disk
+with room to stage into; on any node, slurm.conf runs the slurm_tmpdir hooks as applied."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import typer
 from dltune.commands import EXIT_INTERRUPTED, interrupt, number_option, progress_console
 from dltune.text import visible
 
-# The same limit as dltune.stage's (not imported here: the CLI loads staging only when it runs).
+# The same limit as dltune.staging.plan's (not imported here: the CLI loads staging only when it runs).
 MAX_BWLIMIT = 1e6
 # A Slurm job's node count, as --plan takes it (Slurm's own limit is far below).
 MAX_NODES = 1_000_000
@@ -81,12 +81,12 @@ def stage(
 ) -> None:
     """Copy SRC to DIR/<name> on node-local disk: parallel, resumable, atomic. Prints the staged path.
     Exit 0 staged, 1 refused or failed, 2 usage, 130 interrupted (the partial copy resumes)."""
-    from dltune import stage as stage_mod  # not imported by the audit: it runs on every node, often
+    from dltune import staging  # not imported by the audit: it runs on every node, often
 
     if not src.exists():
         raise typer.BadParameter(f"{src} does not exist", param_hint="SRC")
     if plan:
-        for line in stage_mod.plan_advice(src, nodes):
+        for line in staging.plan_advice(src, nodes):
             typer.echo(line)
         return
     if to is None:
@@ -119,7 +119,7 @@ def stage(
             if broadcast:
                 _broadcast(src, to, workers, verify, checksum, replace, bwlimit, bar, task)
                 return
-            summary = stage_mod.stage(
+            summary = staging.stage(
                 src,
                 to,
                 workers=workers,
@@ -130,7 +130,7 @@ def stage(
                 progress=lambda n: bar.advance(task, n),
                 on_total=lambda total: bar.update(task, total=total or None),
             )
-        except stage_mod.StageError as exc:
+        except staging.StageError as exc:
             err.print(f"dltune stage: {visible(str(exc))}")
             raise typer.Exit(1) from exc
         except KeyboardInterrupt as exc:
@@ -163,7 +163,7 @@ def _broadcast(
 ) -> None:
     """--broadcast: the outcome of every node, one line each on stderr; the staged path on stdout
     once every node has it; exit 1 naming the nodes that failed."""
-    from dltune import stage_broadcast
+    from dltune.staging import broadcast as stage_broadcast
 
     err = bar.console
     options = stage_broadcast.Options(workers, verify, checksum, replace, bwlimit or None)
@@ -221,7 +221,8 @@ def stage_node(
 ) -> None:
     """One node's part of `dltune stage --broadcast` (run by srun, one task per node): prints one
     DLTUNE-NODE line with its outcome. Not for direct use."""
-    from dltune import safeio, stage_broadcast
+    from dltune import safeio
+    from dltune.staging import broadcast as stage_broadcast
 
     options = stage_broadcast.Options(workers, verify, checksum, replace, bwlimit or None)
     try:

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from dltune.probes.hostfs import HostFS
-from dltune.probes.jobenv import fstype_at
-from dltune.probes.mounts import parse_mountinfo
 from dltune.probes.runner import CommandRunner
 from dltune.probes.watchdog import Deadline, statfs_many
 from dltune.snapshot import Mount, SpaceInfo, StatFs, looks_like_data_mount
 from dltune.text import decimal
 
 STATVFS_TIMEOUT_S = 2.0
-# Filesystems in memory: staging into one costs RAM, so its preflight counts MemAvailable too.
-TMPFS_TYPES = ("tmpfs", "ramfs")
 
 
 def data_mount_points(mounts: Iterable[Mount], expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -79,17 +73,6 @@ def space_of(
     return result
 
 
-@dataclass(frozen=True)
-class Space:
-    """Room at a staging destination: what `dltune stage`'s preflight counts against."""
-
-    free_bytes: int
-    free_inodes: int
-    fstype: str
-    mem_available: int | None = None
-    block_size: int = 4096
-
-
 def meminfo_kb(meminfo: str | None, key: str) -> int | None:
     """A /proc/meminfo value in kB (None when absent or not a number of ASCII digits)."""
     for line in (meminfo or "").splitlines():
@@ -98,19 +81,3 @@ def meminfo_kb(meminfo: str | None, key: str) -> int | None:
             parts = rest.split()
             return decimal(parts[0]) if parts else None
     return None
-
-
-def fstype_of(path: Path, mountinfo: str | None = None) -> str:
-    """Filesystem type of the mount holding ``path`` (longest mount-point prefix in mountinfo)."""
-    text = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
-    return fstype_at(os.path.realpath(path), parse_mountinfo(text))
-
-
-def space_at(path: Path) -> Space:
-    st = os.statvfs(path)
-    fstype = fstype_of(path)
-    mem = None
-    if fstype in TMPFS_TYPES:
-        available_kb = meminfo_kb(Path("/proc/meminfo").read_text(), "MemAvailable")
-        mem = None if available_kb is None else available_kb * 1024
-    return Space(st.f_bavail * st.f_frsize, st.f_favail, fstype, mem, st.f_frsize or 4096)

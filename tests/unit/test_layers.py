@@ -50,8 +50,8 @@ def test_checks_import_only_the_model_the_snapshot_and_each_other() -> None:
 LAYERS = (
     ("cli.py",),
     ("commands/",),
-    ("cluster.py", "slurm_health.py", "bench/", "stage_broadcast.py"),
-    ("report.py", "remediation.py", "stage.py"),
+    ("cluster.py", "slurm_health.py", "bench/"),
+    ("report.py", "remediation.py", "staging/"),
     (
         "checks/",
         "probes/",
@@ -117,6 +117,42 @@ def test_every_module_imports_only_layers_below_its_own() -> None:
     # importing a probe, would be refused.
     assert layer_of(unit_of("dltune.probes.mounts")) == layer_of(unit_of("dltune.checks.gpu"))
     assert layer_of(unit_of("dltune.snapshot")) > layer_of(unit_of("dltune.probes"))
+
+
+# Inside dltune/staging/, top to bottom (ARCHITECTURE.md): the command and --broadcast over the copy
+# engine and the archive reader, over where a dataset lands and what is recorded, over the scan and
+# the room, over the types. __init__ re-exports the package's interface and stands above them all.
+STAGING_LAYERS = (
+    ("broadcast",),
+    ("stage",),
+    ("archive", "plan"),
+    ("copy", "destination"),
+    ("record", "scan"),
+    ("room",),
+    ("model",),
+)
+
+
+def test_staging_modules_import_only_modules_below_their_own() -> None:
+    staging = REPO_ROOT / "dltune" / "staging"
+    placed = {name for layer in STAGING_LAYERS for name in layer}
+    modules = {path.stem for path in staging.glob("*.py")} - {"__init__"}
+    assert modules == placed, f"place every staging module in STAGING_LAYERS: {sorted(modules ^ placed)}"
+
+    def layer(name: str) -> int:
+        return next(index for index, names in enumerate(STAGING_LAYERS) if name in names)
+
+    upward = [
+        f"staging/{path.name} imports {imported}"
+        for path in sorted(staging.glob("*.py"))
+        if path.stem != "__init__"
+        for imported in dltune_imports(path)
+        if imported.startswith("dltune.staging")
+        and (imported == "dltune.staging" or layer(imported.split(".")[2]) <= layer(path.stem))
+    ]
+    assert upward == []
+    # Nothing below the command may reach the package's interface (a cycle through __init__).
+    assert layer("stage") < layer("copy") < layer("model")
 
 
 def test_the_snapshot_module_does_no_io() -> None:

@@ -1,5 +1,5 @@
 """Which filesystem a path lives on has two homes: the audit's probes/jobenv.fstype_at (over
-parse_mountinfo; stage.py and the scratch checks use it) and role slurm_tmpdir's filter fstype_of
+parse_mountinfo; dltune.staging and the scratch checks use it) and role slurm_tmpdir's filter fstype_of
 (which refuses a base directory on a network filesystem before anything changes). Fed the same real
 mountinfo files (tests/fixtures/real/mountinfo) and generated mount tables, both must name the same type
 for every mount point, a path below each, and paths no mount holds; of several mounts at one point,

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dltune import stage
-from dltune.stage import Space, StageError
+from dltune import staging
+from dltune.staging import Space, StageError
 
 
 def make_dataset(root: Path, files: int = 300) -> Path:
@@ -58,8 +58,8 @@ def killed_partial(src: Path, local: Path) -> Path:
     """What a run killed while copying leaves: the record of what its partial copy is of, and the
     partial directory (the caller fills it as the kill left it)."""
     local.mkdir(parents=True, exist_ok=True)
-    identity = stage.describe_source(src, "dir", stage.scan_tree(src))
-    stage.partial_record_path(local, src.name).write_text(json.dumps(identity))
+    identity = staging.describe_source(src, "dir", staging.scan_tree(src))
+    staging.partial_record_path(local, src.name).write_text(json.dumps(identity))
     partial = local / f".{src.name}.partial"
     partial.mkdir()
     return partial
@@ -68,7 +68,7 @@ def killed_partial(src: Path, local: Path) -> Path:
 def test_directory_is_copied_whole_with_modes_mtimes_and_links(tmp_path: Path) -> None:
     src = make_dataset(tmp_path / "shared")
     (tmp_path / "local").mkdir()
-    summary = stage.stage(src, tmp_path / "local", workers=4, verify=True, checksum=True)
+    summary = staging.stage(src, tmp_path / "local", workers=4, verify=True, checksum=True)
     assert summary.path == tmp_path / "local/imagenet-mini" and summary.verified
     assert tree_state(summary.path) == tree_state(src)
     assert summary.files == 302 and summary.skipped == 0
@@ -89,7 +89,7 @@ def test_rerun_after_a_kill_resumes_and_ends_identical(tmp_path: Path) -> None:
     (partial / "class0/.img0007.bin.dltune-tmp").write_bytes(b"half")
     (partial / "class0/img0014.bin").write_bytes(b"truncated")
     assert not (local / "imagenet-mini").exists(), "a partial stage must not look complete"
-    summary = stage.stage(src, local, workers=3)
+    summary = staging.stage(src, local, workers=3)
     assert summary.skipped == 1
     assert tree_state(summary.path) == tree_state(src)
     assert not list(summary.path.rglob(".*.dltune-tmp"))
@@ -98,8 +98,8 @@ def test_rerun_after_a_kill_resumes_and_ends_identical(tmp_path: Path) -> None:
 def test_already_staged_is_not_copied_again(tmp_path: Path) -> None:
     src = make_dataset(tmp_path / "shared", files=20)
     (tmp_path / "local").mkdir()
-    stage.stage(src, tmp_path / "local")
-    again = stage.stage(src, tmp_path / "local", verify=True)
+    staging.stage(src, tmp_path / "local")
+    again = staging.stage(src, tmp_path / "local", verify=True)
     assert again.bytes == 0 and again.notes == ["already staged"] and again.verified
 
 
@@ -107,9 +107,9 @@ def test_not_enough_space_refuses_before_copying_anything(tmp_path: Path) -> Non
     src = make_dataset(tmp_path / "shared", files=20)
     (tmp_path / "local").mkdir()
     with pytest.raises(StageError, match="not enough room, nothing copied"):
-        stage.stage(src, tmp_path / "local", space=lambda _p: Space(1_000_000, 10_000, "ext4"))
+        staging.stage(src, tmp_path / "local", space=lambda _p: Space(1_000_000, 10_000, "ext4"))
     with pytest.raises(StageError, match="would come out of RAM"):
-        stage.stage(src, tmp_path / "local", space=lambda _p: Space(10**12, 10**9, "tmpfs", 1_000_000))
+        staging.stage(src, tmp_path / "local", space=lambda _p: Space(10**12, 10**9, "tmpfs", 1_000_000))
     assert not (tmp_path / "local/imagenet-mini").exists()
     assert not (tmp_path / "local/.imagenet-mini.partial").exists()
     # Refused before copying: nothing but the lock file is left (no source record either).
@@ -121,8 +121,8 @@ def test_second_stager_waits_for_the_first(tmp_path: Path) -> None:
     local = tmp_path / "local"
     local.mkdir()
     finished: list[float] = []
-    with stage.destination_lock(local, "imagenet-mini"):
-        worker = threading.Thread(target=lambda: finished.append(stage.stage(src, local).seconds))
+    with staging.destination_lock(local, "imagenet-mini"):
+        worker = threading.Thread(target=lambda: finished.append(staging.stage(src, local).seconds))
         worker.start()
         time.sleep(0.5)
         assert not finished and not (local / "imagenet-mini").exists()
@@ -148,10 +148,10 @@ def test_archive_is_extracted_once_under_its_name(tmp_path: Path) -> None:
         tmp_path / "shards.tar.gz", {f"shards/s{i}.bin": os.urandom(1000 + i) for i in range(50)}
     )
     (tmp_path / "local").mkdir()
-    summary = stage.stage(archive, tmp_path / "local", verify=True)
+    summary = staging.stage(archive, tmp_path / "local", verify=True)
     assert summary.path == tmp_path / "local/shards"
     assert len(list((summary.path / "shards").iterdir())) == 50
-    assert stage.stage(archive, tmp_path / "local").notes == ["already staged"]
+    assert staging.stage(archive, tmp_path / "local").notes == ["already staged"]
 
 
 def test_zstd_archive_is_extracted_like_any_tar(tmp_path: Path) -> None:
@@ -163,7 +163,7 @@ def test_zstd_archive_is_extracted_like_any_tar(tmp_path: Path) -> None:
     archive = tmp_path / "shards.tar.zst"
     archive.write_bytes(zstandard.ZstdCompressor().compress((tmp_path / "raw.tar").read_bytes()))
     (tmp_path / "local").mkdir()
-    summary = stage.stage(archive, tmp_path / "local", verify=True)
+    summary = staging.stage(archive, tmp_path / "local", verify=True)
     assert summary.path == tmp_path / "local/shards" and summary.verified
     assert sorted(p.name for p in (summary.path / "shards").iterdir()) == sorted(
         f"s{i}.bin" for i in range(20)
@@ -184,7 +184,7 @@ def test_unsafe_archive_members_are_refused(
     archive = make_tar(tmp_path / "bad.tar.gz", {"data/ok.txt": b"fine", **members}, links=links)
     (tmp_path / "local").mkdir()
     with pytest.raises(StageError, match="unsafe member refused"):
-        stage.stage(archive, tmp_path / "local")
+        staging.stage(archive, tmp_path / "local")
     assert not (tmp_path / "escape.txt").exists()
     assert not (tmp_path / "local/bad").exists(), "a refused archive must not look staged"
 
@@ -228,7 +228,7 @@ def test_absolute_member_paths_land_inside_the_staged_tree(tmp_path: Path) -> No
     outside.write_bytes(b"old")
     os.utime(outside, (1_600_000_000, 1_600_000_000))
     (tmp_path / "local").mkdir()
-    summary = stage.stage(archive, tmp_path / "local")
+    summary = staging.stage(archive, tmp_path / "local")
     assert (summary.path / str(outside).lstrip("/")).read_bytes() == b"new"
     assert outside.read_bytes() == b"old"
     assert summary.skipped == 0
@@ -260,7 +260,7 @@ def test_a_damaged_archive_is_never_staged_or_verified(tmp_path: Path, damage: s
     local = tmp_path / "local"
     local.mkdir()
     with pytest.raises(StageError, match=r"not a complete, readable archive|truncated|unsafe"):
-        stage.stage(archive, local, verify=True, checksum=True)
+        staging.stage(archive, local, verify=True, checksum=True)
     assert not (local / "shards").exists()
     done = subprocess.run(
         [
@@ -286,7 +286,7 @@ def test_checksum_of_an_archive_digests_members_once_and_rereads_only_the_staged
     archive = make_tar(tmp_path / "shards.tar.gz", {f"shards/s{i}.bin": os.urandom(3000) for i in range(10)})
     local = tmp_path / "local"
     local.mkdir()
-    summary = stage.stage(archive, local, verify=True, checksum=True)
+    summary = staging.stage(archive, local, verify=True, checksum=True)
     assert summary.verified and len(list((summary.path / "shards").iterdir())) == 10
 
 
@@ -311,7 +311,7 @@ def test_a_file_that_changes_while_copied_is_never_stamped_complete(tmp_path: Pa
         local = tmp_path / "local"
         local.mkdir()
         with pytest.raises(StageError, match="changed while it was copied"):
-            stage.stage(src, local)
+            staging.stage(src, local)
     finally:
         stop.set()
         writer.join()
@@ -326,11 +326,11 @@ def test_a_same_name_stage_from_another_source_is_refused_unless_replaced(tmp_pa
     second = make_dataset(tmp_path / "b", files=9)
     local = tmp_path / "local"
     local.mkdir()
-    stage.stage(first, local)
+    staging.stage(first, local)
     with pytest.raises(StageError, match=r"holds .*/a/imagenet-mini, not .*/b/imagenet-mini.*--replace"):
-        stage.stage(second, local)
+        staging.stage(second, local)
     assert tree_state(local / "imagenet-mini") == tree_state(first)
-    replaced = stage.stage(second, local, replace=True)
+    replaced = staging.stage(second, local, replace=True)
     assert tree_state(replaced.path) == tree_state(second)
     record = json.loads((local / ".imagenet-mini.dltune-source.json").read_text())
     assert record["source"] == str(second.resolve()) and record["complete"] is True
@@ -338,8 +338,8 @@ def test_a_same_name_stage_from_another_source_is_refused_unless_replaced(tmp_pa
     # The same source, changed since it was staged: refused too, until --replace.
     (second / "class0" / "new.bin").write_bytes(b"new sample")
     with pytest.raises(StageError, match="changed since"):
-        stage.stage(second, local)
-    assert (stage.stage(second, local, replace=True).path / "class0" / "new.bin").exists()
+        staging.stage(second, local)
+    assert (staging.stage(second, local, replace=True).path / "class0" / "new.bin").exists()
 
 
 def test_preflight_counts_allocated_blocks_not_apparent_sizes(tmp_path: Path) -> None:
@@ -352,7 +352,7 @@ def test_preflight_counts_allocated_blocks_not_apparent_sizes(tmp_path: Path) ->
     local = tmp_path / "local"
     local.mkdir()
     with pytest.raises(StageError, match=r"not enough room, nothing copied.*4096-byte blocks"):
-        stage.stage(src, local, space=lambda _p: Space(20_000_000, 10**6, "tmpfs", 10**10, block_size=4096))
+        staging.stage(src, local, space=lambda _p: Space(20_000_000, 10**6, "tmpfs", 10**10, block_size=4096))
     assert not (local / ".tiny.partial").exists() and not (local / "tiny").exists()
 
 
@@ -365,7 +365,7 @@ def test_a_destination_that_fills_up_is_a_clean_error_and_resumes(tmp_path: Path
     try:
         with pytest.raises(StageError, match=r"filled up while copying.*rerun the same command to resume"):
             # The preflight is told there is room: the real tmpfs then runs out mid-copy.
-            stage.stage(src, small, space=lambda _p: Space(10**10, 10**6, "ext4"))
+            staging.stage(src, small, space=lambda _p: Space(10**10, 10**6, "ext4"))
         assert not (small / "imagenet-mini").exists()
         assert not list(small.rglob("*.dltune-tmp"))
     finally:
@@ -378,11 +378,11 @@ def test_a_single_file_is_staged_with_the_same_guarantees_and_a_zip_is_refused(t
     shard.write_bytes(os.urandom(2 << 20))
     local = tmp_path / "local"
     local.mkdir()
-    summary = stage.stage(shard, local, verify=True, checksum=True)
+    summary = staging.stage(shard, local, verify=True, checksum=True)
     assert summary.path == local / "train.h5" and summary.verified
     assert (local / "train.h5").read_bytes() == shard.read_bytes()
     assert (local / "train.h5").stat().st_mtime_ns == shard.stat().st_mtime_ns
-    assert stage.stage(shard, local).notes == ["already staged"]
+    assert staging.stage(shard, local).notes == ["already staged"]
     import zipfile
 
     zipped = tmp_path / "shared" / "images.zip"
@@ -412,7 +412,7 @@ def test_a_resume_replaces_files_instead_of_rewriting_them(tmp_path: Path) -> No
     stale.write_text("half")
     os.chmod(stale, 0o444)
     inode_before = stale.stat().st_ino
-    summary = stage.stage(src, local)
+    summary = staging.stage(src, local)
     staged = summary.path / "labels.txt"
     assert staged.read_text() == "cat\ndog\n" and staged.stat().st_mode & 0o777 == 0o444
     assert staged.stat().st_ino != inode_before
@@ -614,7 +614,7 @@ def test_any_tree_of_odd_names_modes_and_links_stages_identical(tmp_path: Path, 
     build_tree(src, spec)
     local = work / "local"
     local.mkdir()
-    summary = stage.stage(src, local, workers=3, verify=True, checksum=True)
+    summary = staging.stage(src, local, workers=3, verify=True, checksum=True)
     assert summary.verified and tree_state(summary.path) == tree_state(src)
     assert not list(local.rglob("*.dltune-tmp"))
 
@@ -628,7 +628,7 @@ def test_archive_members_keep_the_data_filters_mode_and_their_mtime(tmp_path: Pa
             tar.addfile(info, io.BytesIO(b"abc"))
     local = tmp_path / "local"
     local.mkdir()
-    staged = stage.stage(archive, local, verify=True).path / "ds"
+    staged = staging.stage(archive, local, verify=True).path / "ds"
     modes = {p.name: p.stat().st_mode & 0o7777 for p in staged.iterdir()}
     assert modes == {"setuid": 0o755, "readonly": 0o644, "shared": 0o644}
     assert all(p.stat().st_mtime_ns == 1_600_000_000 * 10**9 for p in staged.iterdir())
@@ -661,9 +661,9 @@ def test_large_files_are_copied_in_direct_chunks_identical_onto_any_destination(
     src = tmp_path / "shared" / "shards"
     src.mkdir(parents=True)
     for name, size in (
-        ("exact", stage.LARGE_FILE),
-        ("tail", stage.LARGE_FILE + 123),
-        ("odd", 5 * stage.CHUNK - 1),
+        ("exact", staging.LARGE_FILE),
+        ("tail", staging.LARGE_FILE + 123),
+        ("odd", 5 * staging.CHUNK - 1),
     ):
         (src / name).write_bytes(os.urandom(size))
     os.chmod(src / "odd", 0o600)
@@ -672,10 +672,10 @@ def test_large_files_are_copied_in_direct_chunks_identical_onto_any_destination(
     ramfs = mounted("ramfs")
 
     def room(path: Path) -> Space:  # ramfs reports no size at all
-        return Space(10**10, 10**6, "ramfs") if path == ramfs else stage.space_at(path)
+        return Space(10**10, 10**6, "ramfs") if path == ramfs else staging.space_at(path)
 
     for destination in (ext4, mounted("tmpfs", "size=200m"), ramfs):
-        summary = stage.stage(src, destination, verify=True, checksum=True, space=room)
+        summary = staging.stage(src, destination, verify=True, checksum=True, space=room)
         assert tree_state(summary.path) == tree_state(src), destination
         assert not list(destination.rglob("*.dltune-tmp"))
 
@@ -683,8 +683,8 @@ def test_large_files_are_copied_in_direct_chunks_identical_onto_any_destination(
 def test_a_large_file_that_fills_the_destination_is_a_clean_error(tmp_path: Path, mounted: Any) -> None:
     src = tmp_path / "shared" / "shards"
     src.mkdir(parents=True)
-    (src / "big").write_bytes(os.urandom(stage.LARGE_FILE + stage.CHUNK))
+    (src / "big").write_bytes(os.urandom(staging.LARGE_FILE + staging.CHUNK))
     small = mounted("tmpfs", "size=16m")
     with pytest.raises(StageError, match=r"filled up while copying.*rerun the same command to resume"):
-        stage.stage(src, small, space=lambda _p: Space(10**10, 10**6, "ext4"))
+        staging.stage(src, small, space=lambda _p: Space(10**10, 10**6, "ext4"))
     assert not (small / "shards").exists() and not list(small.rglob("*.dltune-tmp"))

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dltune import stage, stage_broadcast
+from dltune import staging
 from dltune.cli import app
-from dltune.stage import Space, StageError
+from dltune.staging import Space, StageError
+from dltune.staging import broadcast as stage_broadcast
 from tests.unit.test_stage import make_dataset, tree_state
 
 runner = CliRunner()
@@ -29,8 +30,8 @@ def staged_on_first_node(tmp_path: Path) -> tuple[Path, Path, dict[str, object]]
     src = make_dataset(tmp_path / "shared")
     first = tmp_path / "node1"
     first.mkdir()
-    stage.stage(src, first, workers=4)
-    record = json.loads(stage.record_path(first, src.name).read_text())
+    staging.stage(src, first, workers=4)
+    record = json.loads(staging.record_path(first, src.name).read_text())
     identity = {k: v for k, v in record.items() if k != "complete"}
     return src, first, identity
 
@@ -39,7 +40,7 @@ def test_a_node_extracts_the_first_nodes_pack_into_the_same_tree_and_records_the
     tmp_path: Path,
 ) -> None:
     src, first, identity = staged_on_first_node(tmp_path)
-    entries = stage.scan_tree(first / src.name)
+    entries = staging.scan_tree(first / src.name)
     pack = stage_broadcast.pack_path(first, src.name)
     size = stage_broadcast.pack_tree(first / src.name, entries, pack)
     assert size <= stage_broadcast.packed_size(entries)
@@ -55,7 +56,7 @@ def test_a_node_extracts_the_first_nodes_pack_into_the_same_tree_and_records_the
     assert tree_state(other / src.name) == tree_state(first / src.name) == tree_state(src)
     assert not delivered.exists(), "the payload is removed once the dataset is in place"
     # A later per-node `dltune stage SRC` on that node finds it staged from that source.
-    again = stage.stage(src, other)
+    again = staging.stage(src, other)
     assert again.notes == ["already staged"]
 
 
@@ -63,7 +64,7 @@ def test_a_killed_extraction_resumes_over_the_files_it_completed(tmp_path: Path)
     """The first try sees the payload end half-way (as when its task is killed mid-stream): it fails,
     keeping the files it completed; the rerun skips exactly those."""
     src, first, identity = staged_on_first_node(tmp_path)
-    entries = stage.scan_tree(first / src.name)
+    entries = staging.scan_tree(first / src.name)
     pack = stage_broadcast.pack_path(first, src.name)
     size = stage_broadcast.pack_tree(first / src.name, entries, pack)
     other = tmp_path / "node2"
@@ -85,7 +86,7 @@ def test_a_killed_extraction_resumes_over_the_files_it_completed(tmp_path: Path)
 def test_a_corrupt_delivery_is_refused_before_it_is_extracted(tmp_path: Path) -> None:
     src, first, identity = staged_on_first_node(tmp_path)
     pack = stage_broadcast.pack_path(first, src.name)
-    stage_broadcast.pack_tree(first / src.name, stage.scan_tree(first / src.name), pack)
+    stage_broadcast.pack_tree(first / src.name, staging.scan_tree(first / src.name), pack)
     other = tmp_path / "node2"
     other.mkdir()
     delivered = stage_broadcast.delivered_path(other, src.name, ".tar")
@@ -93,7 +94,12 @@ def test_a_corrupt_delivery_is_refused_before_it_is_extracted(tmp_path: Path) ->
     data[5000] ^= 0xFF
     delivered.write_bytes(bytes(data))
     outcome = stage_broadcast.node_finish(
-        delivered, other, src.name, identity, stage_broadcast.Options(checksum=True), stage.sha256_file(pack)
+        delivered,
+        other,
+        src.name,
+        identity,
+        stage_broadcast.Options(checksum=True),
+        staging.sha256_file(pack),
     )
     assert not outcome.ok and "differs from the first node's pack" in outcome.message
     assert not (other / src.name).exists() and not (other / f".{src.name}.partial").exists()
@@ -103,7 +109,7 @@ def test_a_single_file_arrives_whole_and_is_renamed_into_place(tmp_path: Path) -
     src = tmp_path / "shared/train.h5"
     src.parent.mkdir()
     src.write_bytes(os.urandom(100_000))
-    identity = stage.describe_source(src, "file", None)
+    identity = staging.describe_source(src, "file", None)
     node = tmp_path / "node2"
     node.mkdir()
     delivered = stage_broadcast.delivered_path(node, "train.h5", "")
@@ -113,7 +119,7 @@ def test_a_single_file_arrives_whole_and_is_renamed_into_place(tmp_path: Path) -
     delivered.write_bytes(src.read_bytes())
     whole = stage_broadcast.node_finish(delivered, node, "train.h5", identity, stage_broadcast.Options())
     assert whole.ok and (node / "train.h5").read_bytes() == src.read_bytes()
-    assert stage.stage(src, node).notes == ["already staged"]
+    assert staging.stage(src, node).notes == ["already staged"]
 
 
 def test_the_check_step_says_staged_ready_or_names_what_is_missing(tmp_path: Path) -> None:
@@ -165,15 +171,15 @@ def test_bwlimit_sleeps_the_readers_down_to_the_rate_over_every_thread() -> None
     def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    throttle = stage.Throttle(10, clock=lambda: now[0], sleep=sleep)  # 10 MB/s
+    throttle = staging.Throttle(10, clock=lambda: now[0], sleep=sleep)  # 10 MB/s
     throttle(5_000_000)
     throttle(5_000_000)  # two threads, 10 MB at once: the second waits a second's worth
     assert slept == pytest.approx([0.5, 1.0])
     now[0] += 5.0  # idle: no debt is carried into the future
     throttle(1_000_000)
     assert slept[-1] == pytest.approx(0.1)
-    assert stage.Throttle(10).chunk == 1 << 20 and stage.Throttle(None).chunk == 64 << 20
-    unlimited = stage.Throttle(0, sleep=sleep)
+    assert staging.Throttle(10).chunk == 1 << 20 and staging.Throttle(None).chunk == 64 << 20
+    unlimited = staging.Throttle(0, sleep=sleep)
     unlimited(10**12)
     assert len(slept) == 3
 
@@ -182,7 +188,7 @@ def test_a_negative_bwlimit_is_refused_before_anything_is_copied(tmp_path: Path)
     src = make_dataset(tmp_path / "shared", files=3)
     (tmp_path / "local").mkdir()
     with pytest.raises(StageError, match="--bwlimit"):
-        stage.stage(src, tmp_path / "local", bwlimit=-1)
+        staging.stage(src, tmp_path / "local", bwlimit=-1)
     assert list((tmp_path / "local").iterdir()) == []
     result = runner.invoke(app, ["stage", str(src), "--to", str(tmp_path / "local"), "--bwlimit", "-5"])
     assert result.exit_code == 2 and "--bwlimit" in result.output
@@ -191,25 +197,25 @@ def test_a_negative_bwlimit_is_refused_before_anything_is_copied(tmp_path: Path)
 def test_a_limited_stage_still_copies_everything_verified(tmp_path: Path) -> None:
     src = make_dataset(tmp_path / "shared", files=20)
     (tmp_path / "local").mkdir()
-    summary = stage.stage(src, tmp_path / "local", bwlimit=1000, verify=True, checksum=True)
+    summary = staging.stage(src, tmp_path / "local", bwlimit=1000, verify=True, checksum=True)
     assert summary.verified and tree_state(summary.path) == tree_state(src)
 
 
 def test_the_parallel_scan_lists_every_entry_once_sorted(tmp_path: Path) -> None:
     src = make_dataset(tmp_path / "shared")
     os.mkfifo(src / "a-fifo")
-    entries = stage.scan_tree(src, workers=8)
+    entries = staging.scan_tree(src, workers=8)
     relatives = [e.relative for e in entries]
     walked = sorted(
         os.path.relpath(os.path.join(d, n), src) for d, dirs, files in os.walk(src) for n in dirs + files
     )
     assert relatives == sorted(relatives) == [r for r in walked if r != "a-fifo"]
-    assert stage.scan_tree(src, workers=1) == entries
+    assert staging.scan_tree(src, workers=1) == entries
 
 
 def test_plan_advises_a_broadcast_for_a_job_of_several_nodes_with_the_read_volumes(tmp_path: Path) -> None:
     src = make_dataset(tmp_path / "shared", files=30)
-    size = sum(e.size for e in stage.scan_tree(src) if e.kind == "file")
+    size = sum(e.size for e in staging.scan_tree(src) if e.kind == "file")
     alone = runner.invoke(app, ["stage", str(src), "--plan"], env={"SLURM_JOB_NUM_NODES": "1"})
     assert alone.exit_code == 0 and "broadcast:" not in alone.output
     job = runner.invoke(app, ["stage", str(src), "--plan"], env={"SLURM_JOB_NUM_NODES": "32"})
@@ -224,8 +230,8 @@ def test_plan_advises_a_broadcast_for_a_job_of_several_nodes_with_the_read_volum
 def test_workers_default_to_few_from_a_local_disk_and_many_from_anything_else(tmp_path: Path) -> None:
     """tmp_path is on the machine's disk (ext4 here); /proc stands for a filesystem dltune does not
     know as local, which it treats as network-like: per-file latency wants requests in flight."""
-    assert stage.default_workers(tmp_path) == stage.LOCAL_WORKERS
-    assert stage.default_workers(Path("/proc/self")) == stage.NETWORK_WORKERS
+    assert staging.default_workers(tmp_path) == staging.LOCAL_WORKERS
+    assert staging.default_workers(Path("/proc/self")) == staging.NETWORK_WORKERS
 
 
 def test_a_job_without_srun_or_sbcast_on_path_is_one_line_naming_srun(tmp_path: Path) -> None:
@@ -434,7 +440,7 @@ def test_the_first_node_refuses_to_pack_without_room_for_two_archives(
     """statfs is the boundary faked: the disk holds the staged tree, but not its pack and the copy
     sbcast writes beside it."""
     src = make_dataset(tmp_path / "shared", files=5)
-    packed = stage_broadcast.packed_size(stage.scan_tree(src))
+    packed = stage_broadcast.packed_size(staging.scan_tree(src))
     tight = Space(free_bytes=packed * 2 - 1, free_inodes=1000, block_size=512, fstype="ext4")
     monkeypatch.setattr(stage_broadcast, "space_at", lambda _path: tight)
     with pytest.raises(StageError, match=r"^n1: no room to pack the dataset for sbcast"):

@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dltune import stage
+from dltune import staging
 from dltune.dirfd import NAME_MAX, derived_name, remove_at, walk_below
-from dltune.stage import StageError
+from dltune.staging import StageError
 from tests.unit.test_stage import (
     TREES,
     as_nobody,
@@ -54,7 +54,7 @@ def test_the_source_s_own_parent_with_replace_is_refused_and_the_source_kept(tmp
     src = make_dataset(tmp_path / "shared", files=10)
     before = digest_tree(src)
     with pytest.raises(StageError, match="are the same"):
-        stage.stage(src, src.parent, replace=True)
+        staging.stage(src, src.parent, replace=True)
     assert digest_tree(src) == before
 
 
@@ -63,7 +63,7 @@ def test_a_destination_inside_the_source_is_refused_before_anything_is_written(t
     before = digest_tree(src)
     inside = src / "class0"
     with pytest.raises(StageError, match="destination is inside the source"):
-        stage.stage(src, inside)
+        staging.stage(src, inside)
     assert digest_tree(src) == before
 
 
@@ -74,7 +74,7 @@ def test_a_source_inside_the_destination_is_refused_with_replace(tmp_path: Path)
     src = make_dataset(outer, files=5).rename(outer / "ds")
     before = digest_tree(src)
     with pytest.raises(StageError, match="source is inside the destination"):
-        stage.stage(src, tmp_path / "scratch", replace=True)
+        staging.stage(src, tmp_path / "scratch", replace=True)
     assert digest_tree(src) == before
 
 
@@ -88,7 +88,7 @@ def test_the_same_directory_through_a_bind_mount_is_refused_by_inode(tmp_path: P
     try:
         before = digest_tree(src)
         with pytest.raises(StageError, match="inside the source"):
-            stage.stage(src, view / "class1")
+            staging.stage(src, view / "class1")
         assert digest_tree(src) == before
     finally:
         subprocess.run(["umount", str(view)], check=True)
@@ -117,9 +117,9 @@ def test_a_same_name_directory_dltune_never_staged_is_refused_not_taken_as_stage
     mine.mkdir(parents=True)
     (mine / "notes.txt").write_text("my own work")
     with pytest.raises(StageError, match=r"was not staged by dltune.*--replace"):
-        stage.stage(src, tmp_path / "local")
+        staging.stage(src, tmp_path / "local")
     assert (mine / "notes.txt").read_text() == "my own work"
-    summary = stage.stage(src, tmp_path / "local", replace=True)
+    summary = staging.stage(src, tmp_path / "local", replace=True)
     assert tree_state(summary.path) == tree_state(src)
     assert sorted(p.name for p in (tmp_path / "local").iterdir()) == sorted(
         [src.name, f".{src.name}.dltune-source.json", f".{src.name}.lock"]
@@ -162,7 +162,7 @@ def test_a_planted_link_under_any_name_dltune_uses_is_refused_and_never_followed
     plant(local, planted, target)
     before = digest_tree(victim)
     with pytest.raises(StageError, match=r"symbolic link|not a directory dltune made|not staged by dltune"):
-        stage.stage(src, local, replace=planted != "imagenet-mini")
+        staging.stage(src, local, replace=planted != "imagenet-mini")
     assert digest_tree(victim) == before
     assert (local / planted).is_symlink()
 
@@ -177,7 +177,7 @@ def test_as_root_a_directory_another_user_owns_is_refused_before_anything_is_cre
     theirs.mkdir()
     os.chown(theirs, 65534, 65534)
     with pytest.raises(StageError, match=r"belongs to uid 65534.*run it as that user"):
-        stage.stage(src, theirs)
+        staging.stage(src, theirs)
     assert list(theirs.iterdir()) == []
 
 
@@ -185,7 +185,7 @@ def test_as_root_a_directory_another_user_owns_is_refused_before_anything_is_cre
 
 
 def record_of(local: Path, name: str) -> dict[str, object] | None:
-    path = stage.record_path(local, name)
+    path = staging.record_path(local, name)
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -203,7 +203,7 @@ def test_a_kill_at_any_point_of_replace_leaves_the_old_copy_or_nothing(
     new = make_dataset(root / "new", files=400)
     local = root / "local"
     local.mkdir()
-    stage.stage(old, local)
+    staging.stage(old, local)
     old_state = tree_state(old)
     process = subprocess.Popen(
         [*CLI, str(new), "--to", str(local), "--replace"],
@@ -220,12 +220,12 @@ def test_a_kill_at_any_point_of_replace_leaves_the_old_copy_or_nothing(
         held = tree_state(dest)
         assert (held, record["source"]) in ((old_state, str(old)), (tree_state(new), str(new)))
     try:
-        summary = stage.stage(new, local)
+        summary = staging.stage(new, local)
     except StageError as exc:
         assert "--replace" in str(exc)
     else:
         assert tree_state(summary.path) == tree_state(new)
-    summary = stage.stage(new, local, replace=True)
+    summary = staging.stage(new, local, replace=True)
     assert tree_state(summary.path) == tree_state(new)
     leftovers = {p.name for p in local.iterdir()} - {
         "imagenet-mini",
@@ -248,12 +248,12 @@ def test_a_name_of_255_bytes_is_staged_resumed_and_replaced(tmp_path: Path) -> N
     (src / long_name).write_bytes(b"data")
     local = tmp_path / "local"
     local.mkdir()
-    summary = stage.stage(src, local, verify=True, checksum=True)
+    summary = staging.stage(src, local, verify=True, checksum=True)
     assert (summary.path / long_name).read_bytes() == b"data"
     assert all(len(os.fsencode(p.name)) <= NAME_MAX for p in local.iterdir())
-    assert stage.stage(src, local).notes == ["already staged"]
+    assert staging.stage(src, local).notes == ["already staged"]
     (src / long_name).write_bytes(b"changed")
-    summary = stage.stage(src, local, replace=True)
+    summary = staging.stage(src, local, replace=True)
     assert (summary.path / long_name).read_bytes() == b"changed"
 
 
@@ -313,9 +313,9 @@ def test_a_partial_copy_5000_levels_deep_is_cleared_by_replace_without_a_crash(d
     src = make_dataset(deep_tmp / "shared", files=3)
     local = deep_tmp / "local"
     local.mkdir()
-    stage.partial_record_path(local, src.name).write_text(json.dumps({"source": "/elsewhere"}))
+    staging.partial_record_path(local, src.name).write_text(json.dumps({"source": "/elsewhere"}))
     deep_tree(local / f".{src.name}.partial", 5000)
-    summary = stage.stage(src, local, replace=True)
+    summary = staging.stage(src, local, replace=True)
     assert tree_state(summary.path) == tree_state(src)
 
 
@@ -339,7 +339,7 @@ def test_bwlimit_must_be_finite(tmp_path: Path) -> None:
     (tmp_path / "local").mkdir()
     for value in (float("nan"), float("inf"), -1.0, 1e12):
         with pytest.raises(StageError, match="--bwlimit"):
-            stage.stage(src, tmp_path / "local", bwlimit=value)
+            staging.stage(src, tmp_path / "local", bwlimit=value)
     assert list((tmp_path / "local").iterdir()) == []
 
 
@@ -363,7 +363,7 @@ def test_out_of_range_header_values_and_a_link_to_a_missing_member_are_clean_err
     for i, member in enumerate((far, link)):
         archive = tar_with(tmp_path / f"bad{i}.tar", member)
         with pytest.raises(StageError, match=f"bad{i}.tar"):
-            stage.stage(archive, tmp_path / "local")
+            staging.stage(archive, tmp_path / "local")
         assert not (tmp_path / "local" / f"bad{i}").exists()
 
 
@@ -395,7 +395,7 @@ def test_a_resume_over_any_leftover_tree_with_planted_links_ends_identical_and_h
         with contextlib.suppress(OSError):
             (directory / f"planted{i}").symlink_to(victim)
     before = digest_tree(victim)
-    summary = stage.stage(src, local, workers=2)
+    summary = staging.stage(src, local, workers=2)
     assert tree_state(summary.path) == tree_state(src)
     assert digest_tree(victim) == before
 
@@ -434,11 +434,11 @@ def test_a_source_1500_levels_deep_is_staged_and_one_too_deep_for_paths_is_one_c
 ) -> None:
     src = deep_tree(deep_tmp / "shared" / "deep", 1500)
     (deep_tmp / "local").mkdir()
-    summary = stage.stage(src, deep_tmp / "local")
+    summary = staging.stage(src, deep_tmp / "local")
     assert deep_state(summary.path) == deep_state(src)
     too_deep = deep_tree(deep_tmp / "shared" / "deeper", 5000)
     with pytest.raises(StageError, match=r"deeper.*File name too long"):
-        stage.stage(too_deep, deep_tmp / "local")
+        staging.stage(too_deep, deep_tmp / "local")
     assert not (deep_tmp / "local" / "deeper").exists()
 
 
@@ -468,14 +468,14 @@ def test_verify_checksum_of_an_already_staged_file_or_archive_reads_it_again(tmp
         info.size = 1000
         tar.addfile(info, io.BytesIO(b"b" * 1000))
     for src, staged_file in ((shard, "shard.h5"), (archive, "packed/packed/data.bin")):
-        stage.stage(src, tmp_path / "local")
-        assert stage.stage(src, tmp_path / "local", verify=True, checksum=True).verified
+        staging.stage(src, tmp_path / "local")
+        assert staging.stage(src, tmp_path / "local", verify=True, checksum=True).verified
         corrupted = tmp_path / "local" / staged_file
         corrupted.chmod(0o644)
         corrupted.write_bytes(b"X" * 1000)
         with pytest.raises(StageError, match="verification failed"):
-            stage.stage(src, tmp_path / "local", verify=True, checksum=True)
+            staging.stage(src, tmp_path / "local", verify=True, checksum=True)
         corrupted.write_bytes(b"X" * 999)  # a size check is enough to see this one
         with pytest.raises(StageError, match="verification failed"):
-            stage.stage(src, tmp_path / "local", verify=True)
-        assert not stage.stage(src, tmp_path / "local").verified  # not asked, not claimed
+            staging.stage(src, tmp_path / "local", verify=True)
+        assert not staging.stage(src, tmp_path / "local").verified  # not asked, not claimed

@@ -1,7 +1,7 @@
 """`dltune stage --broadcast SRC`: stage a dataset onto every node of a Slurm job while reading the
 shared filesystem once, not once per node. Run once in the batch script (on the job's first node):
 
-1. The first node stages SRC locally (`dltune.stage.stage`: parallel, resumable, verified). A
+1. The first node stages SRC locally (`dltune.staging.stage`: parallel, resumable, verified). A
    directory is then packed from that local copy into one tar on the same disk (`sbcast` sends a
    file whose size it knows); an archive or a single file is sent as it is.
 2. One check task per node (`srun --ntasks-per-node=1`) reports what the node already holds and
@@ -37,9 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from dltune import safeio
-from dltune import stage as local
 from dltune.dirfd import derived_name, expect_own, lstat_at, open_own_file, opened_dir
-from dltune.probes.storage import Space, space_at
+from dltune.staging.copy import sha256_file
+from dltune.staging.destination import Destination, check_name
+from dltune.staging.model import ARCHIVE_SUFFIXES, Entry, StageError, Summary, is_archive, staged_name
+from dltune.staging.plan import allocated, preflight
+from dltune.staging.record import describe_source, read_record, record_path, same_source, write_record
+from dltune.staging.room import Space, space_at
+from dltune.staging.scan import NETWORK_WORKERS, scan_tree
+from dltune.staging.stage import already_staged
+from dltune.staging.stage import stage as stage_locally
 from dltune.text import decimal
 
 NODE_LINE = "DLTUNE-NODE "
@@ -54,16 +61,16 @@ Say = Callable[[str], None]
 class Options:
     """What every node's stage is asked for, as on the command line."""
 
-    workers: int | None = None  # None: dltune.stage.default_workers of the source
+    workers: int | None = None  # None: dltune.staging.scan.default_workers of the source
     verify: bool = False
     checksum: bool = False
     replace: bool = False
     bwlimit: float | None = None
 
-    def stage(self, src: Path, to: Path, **extra: Any) -> local.Summary:
+    def stage(self, src: Path, to: Path, **extra: Any) -> Summary:
         """A local stage with these options (and `extra`: name, identity, progress, bwlimit)."""
         extra.setdefault("bwlimit", self.bwlimit)
-        return local.stage(
+        return stage_locally(
             src,
             to,
             workers=self.workers,
@@ -110,7 +117,7 @@ def payload_suffix(src: Path) -> str:
     """The delivered payload keeps an archive's suffix (its decompressor is chosen by it)."""
     if src.is_dir():
         return ".tar"
-    return next((s for s in local.ARCHIVE_SUFFIXES if src.name.endswith(s)), "")
+    return next((s for s in ARCHIVE_SUFFIXES if src.name.endswith(s)), "")
 
 
 def delivered_path(to: Path, name: str, suffix: str) -> Path:
@@ -128,7 +135,7 @@ def pack_record_path(to: Path, name: str) -> Path:
     return to / derived_name(name, ".dltune-pack.json")
 
 
-def packed_size(entries: Sequence[local.Entry]) -> int:
+def packed_size(entries: Sequence[Entry]) -> int:
     """An upper bound of the tar `pack_tree` writes: headers per member, the data padded to 512
     bytes, the end-of-archive blocks and the last record's padding."""
     total = 2 * TAR_BLOCK + tarfile.RECORDSIZE
@@ -137,7 +144,7 @@ def packed_size(entries: Sequence[local.Entry]) -> int:
         # and the path when it is long)
         total += TAR_BLOCK * (3 + (len(entry.relative) + 100) // TAR_BLOCK)
         if entry.kind == "file":
-            total += local.allocated(entry.size, TAR_BLOCK)
+            total += allocated(entry.size, TAR_BLOCK)
     return total
 
 
@@ -164,7 +171,7 @@ def _member(tree: Path, relative: str) -> tuple[tarfile.TarInfo, Path]:
     return info, path
 
 
-def pack_tree(tree: Path, entries: Sequence[local.Entry], archive: Path) -> int:
+def pack_tree(tree: Path, entries: Sequence[Entry], archive: Path) -> int:
     """Pack the staged `tree` (local disk: read fast, and not the shared source) into `archive`,
     written as `.partial` (created exclusively, never through a link) and renamed when complete;
     returns its size."""
@@ -195,9 +202,9 @@ def _reusable_pack(to: Path, name: str, identity: dict[str, Any]) -> int | None:
     """The size of the first node's pack when a killed or failed run left it complete for this
     source as it is now (a rerun then reads nothing from the shared filesystem)."""
     try:
-        record = local.read_record(pack_record_path(to, name))
+        record = read_record(pack_record_path(to, name))
         st = pack_path(to, name).lstat()
-    except (OSError, local.StageError):
+    except (OSError, StageError):
         return None
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
         return None
@@ -210,16 +217,16 @@ def _pack_digest(to: Path, name: str) -> str:
     """The pack's SHA-256, kept in its record (a rerun does not hash it again): with --checksum,
     each node compares the copy sbcast delivered with it before extracting."""
     record_file = pack_record_path(to, name)
-    record = local.read_record(record_file) or {}
+    record = read_record(record_file) or {}
     if not record.get("sha256"):
-        record["sha256"] = local.sha256_file(pack_path(to, name))
-        local.write_record(record_file, record)
+        record["sha256"] = sha256_file(pack_path(to, name))
+        write_record(record_file, record)
     return str(record["sha256"])
 
 
 def _recorded_identity(to: Path, name: str) -> dict[str, Any] | None:
     """The source as the first node's stage recorded it a moment ago (no second scan of it)."""
-    record = local.read_record(local.record_path(to, name))
+    record = read_record(record_path(to, name))
     if record is None or not record.get("complete"):
         return None
     return {key: value for key, value in record.items() if key != "complete"}
@@ -228,11 +235,11 @@ def _recorded_identity(to: Path, name: str) -> dict[str, Any] | None:
 def _holds(to: Path, name: str, identity: dict[str, Any]) -> bool:
     """Whether `to`/`name` is this source, staged (its record says so)."""
     try:
-        record = local.read_record(local.record_path(to, name))
-    except local.StageError:
+        record = read_record(record_path(to, name))
+    except StageError:
         return False
     complete = record is not None and record.get("complete") is True
-    return os.path.lexists(to / name) and complete and local.same_source(record or {}, identity) is None
+    return os.path.lexists(to / name) and complete and same_source(record or {}, identity) is None
 
 
 def _drop_pack(to: Path, name: str) -> None:
@@ -294,9 +301,7 @@ def _step(run: Run, count: int, node_argv: list[str], expected: list[str]) -> li
     try:
         done = run(srun_argv(count, node_argv), stdout=subprocess.PIPE, text=True, check=False)
     except OSError as exc:  # srun missing or not executable on this node
-        raise local.StageError(
-            f"srun: cannot run it ({exc.strerror}): --broadcast needs Slurm's srun"
-        ) from exc
+        raise StageError(f"srun: cannot run it ({exc.strerror}): --broadcast needs Slurm's srun") from exc
     outcomes = parse_node_lines(done.stdout or "")
     seen = {o.node for o in outcomes}
     silent = [n for n in expected if n not in seen]
@@ -336,17 +341,17 @@ def broadcast(
 ) -> Broadcast:
     env = dict(os.environ) if env is None else env
     if not env.get("SLURM_JOB_ID"):
-        raise local.StageError(
+        raise StageError(
             "--broadcast runs inside a Slurm job (no SLURM_JOB_ID here): put it in the batch script, "
             "or stage on this node with `dltune stage SRC`"
         )
     if not src.exists():
-        raise local.StageError(f"{src} does not exist")
+        raise StageError(f"{src} does not exist")
     count = node_count(env)
-    name = local.staged_name(src)
+    name = staged_name(src)
     result = Broadcast(to / name)
 
-    def stage_here() -> local.Summary:
+    def stage_here() -> Summary:
         return options.stage(src, to, progress=progress, on_total=on_total)
 
     if count <= 1:
@@ -391,28 +396,28 @@ def _prepare(
     to: Path,
     name: str,
     options: Options,
-    stage_here: Callable[[], local.Summary],
+    stage_here: Callable[[], Summary],
     say: Say,
     env: dict[str, str],
 ) -> Payload:
     """A directory: staged here (the one read of the shared filesystem), then packed from the local
     copy, or the pack a previous run left reused. An archive or a file: sent as it is."""
     if not src.is_dir():
-        kind = "archive" if local.is_archive(src) else "file"
-        return Payload(src, src.stat().st_size, local.describe_source(src, kind, None))
+        kind = "archive" if is_archive(src) else "file"
+        return Payload(src, src.stat().st_size, describe_source(src, kind, None))
     first = stage_here()
     say(f"{_here(env)}: {_describe(first)}")
     # A tree staged by an older dltune has no record: then the source is scanned for its identity.
-    identity = _recorded_identity(to, name) or local.describe_source(
-        src, "dir", local.scan_tree(src, options.workers or local.NETWORK_WORKERS)
+    identity = _recorded_identity(to, name) or describe_source(
+        src, "dir", scan_tree(src, options.workers or NETWORK_WORKERS)
     )
     size = _reusable_pack(to, name, identity)
     if size is None:
-        entries = local.scan_tree(first.path, 1)  # local disk: one thread is fastest
+        entries = scan_tree(first.path, 1)  # local disk: one thread is fastest
         _check_pack_room(to, entries, env)
         size = pack_tree(first.path, entries, pack_path(to, name))
         record = {"identity": identity, "bytes": size}
-        local.write_record(pack_record_path(to, name), record)
+        write_record(pack_record_path(to, name), record)
     else:
         say(f"{_here(env)}: reusing the pack of {name} left by the previous run")
     digest = _pack_digest(to, name) if options.checksum else ""
@@ -436,24 +441,22 @@ def _send(run: Run, payload: Payload, delivered: Path) -> str | None:
     return f"sbcast failed: {(sent.stdout or '').strip()[-500:]}"
 
 
-def _check_pack_room(to: Path, entries: Sequence[local.Entry], env: dict[str, str]) -> None:
+def _check_pack_room(to: Path, entries: Sequence[Entry], env: dict[str, str]) -> None:
     """The first node holds its tree and needs room for two archives more: its pack, and the copy
     sbcast writes on every node, this one included."""
     size = packed_size(entries)
     here = space_at(to)
     try:
-        local.preflight(
-            [local.Entry("pack", "file", size), local.Entry("sent", "file", size)], 0, 0, here, to
-        )
-    except local.StageError as exc:
-        raise local.StageError(f"{_here(env)}: no room to pack the dataset for sbcast: {exc}") from exc
+        preflight([Entry("pack", "file", size), Entry("sent", "file", size)], 0, 0, here, to)
+    except StageError as exc:
+        raise StageError(f"{_here(env)}: no room to pack the dataset for sbcast: {exc}") from exc
 
 
 def _here(env: dict[str, str]) -> str:
     return env.get("SLURMD_NODENAME") or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def _describe(summary: local.Summary) -> str:
+def _describe(summary: Summary) -> str:
     if "already staged" in summary.notes:
         return "; ".join(summary.notes)
     notes = f" ({'; '.join(summary.notes)})" if summary.notes else ""
@@ -463,7 +466,7 @@ def _describe(summary: local.Summary) -> str:
     )
 
 
-def _outcome(env: dict[str, str], summary: local.Summary) -> NodeOutcome:
+def _outcome(env: dict[str, str], summary: Summary) -> NodeOutcome:
     return NodeOutcome(
         _here(env),
         True,
@@ -497,14 +500,14 @@ def node_check(
             return NodeOutcome(here, False, f"{planted} is a symbolic link; dltune never makes one there")
     tree = max(int(identity.get("bytes", 0)), payload_bytes)
     try:
-        local.preflight(
-            [local.Entry("payload", "file", payload_bytes), local.Entry("tree", "file", tree)],
+        preflight(
+            [Entry("payload", "file", payload_bytes), Entry("tree", "file", tree)],
             0,
             0,
             space(to),
             to,
         )
-    except local.StageError as exc:
+    except StageError as exc:
         return NodeOutcome(here, False, f"no room for the payload beside the dataset: {exc}")
     return NodeOutcome(here, True, "ready")
 
@@ -525,7 +528,7 @@ def node_finish(
             if _holds(to, name, identity):
                 return NodeOutcome(here, True, "already staged", files=int(identity.get("files", 0)))
             return NodeOutcome(here, False, f"{payload} did not arrive (sbcast)")
-        if payload_sha256 and not dest.exists() and local.sha256_file(payload) != payload_sha256:
+        if payload_sha256 and not dest.exists() and sha256_file(payload) != payload_sha256:
             return NodeOutcome(
                 here, False, f"{payload} differs from the first node's pack (SHA-256): rerun to resend"
             )
@@ -534,41 +537,39 @@ def node_finish(
         else:
             # The payload is on local disk: --bwlimit is for the shared filesystem, not this read.
             summary = options.stage(payload, to, name=name, identity=identity, bwlimit=None)
-    except local.StageError as exc:
+    except StageError as exc:
         return NodeOutcome(here, False, str(exc))
     payload.unlink(missing_ok=True)
     return _outcome({}, summary)
 
 
-def _finish_file(
-    payload: Path, to: Path, name: str, identity: dict[str, Any], options: Options
-) -> local.Summary:
+def _finish_file(payload: Path, to: Path, name: str, identity: dict[str, Any], options: Options) -> Summary:
     """A single file arrives whole (sbcast --preserve keeps its mode and mtime): checked against the
     source's size, then renamed into place (no second local copy), its record written first."""
-    local.check_name(name, name)
-    with local.Destination(to, name) as place, place.lock():
-        staged = local.already_staged(place, identity, options.replace)
+    check_name(name, name)
+    with Destination(to, name) as place, place.lock():
+        staged = already_staged(place, identity, options.replace)
         if staged is not None:
             return staged
         arrived = place.lstat(payload.name)
         if arrived is None or payload.parent != to:
-            raise local.StageError(f"{payload} did not arrive (sbcast)")
+            raise StageError(f"{payload} did not arrive (sbcast)")
         place.expect_own(payload.name, arrived, stat.S_IFREG)
         if arrived.st_size != identity.get("bytes"):
-            raise local.StageError(
+            raise StageError(
                 f"{payload}: {arrived.st_size} bytes arrived, the source has {identity.get('bytes')}; "
                 "rerun to resend"
             )
         place.write(place.record, {**identity, "complete": True})
         place.rename(payload.name, place.name)
         place.remove(place.aside)
-    return local.Summary(to / name, files=1, bytes=arrived.st_size, verified=options.verify)
+    return Summary(to / name, files=1, bytes=arrived.st_size, verified=options.verify)
 
 
 def node_direct(src: Path, to: Path, name: str, options: Options) -> NodeOutcome:
     """The per-node fallback: this node reads the source itself."""
     try:
         summary = options.stage(src, to, name=name)
-    except local.StageError as exc:
+    except StageError as exc:
         return NodeOutcome(_here({}), False, str(exc))
     return _outcome({}, summary)
