@@ -35,8 +35,6 @@ def is_complete(path: Path, entry: Entry) -> bool:
 
 # Files below this are read and written in one call each; larger ones stream in kernel space.
 SMALL_FILE = 1 << 20
-
-
 # Small files go to the workers in batches: one task per file costs more than copying it.
 BATCH_FILES, BATCH_BYTES = 128, 64 << 20
 
@@ -103,14 +101,10 @@ class Copier:
 
 
 PLAIN = Copier()
-
-
 # Files from this size are copied in CHUNK pieces with direct I/O, CHUNK_THREADS of them in flight:
 # one buffered stream reaches about half of what the disks can do (page-cache writeback), and
 # several direct requests at once keep both devices' queues full (benchmarks/stage.py measures it).
 LARGE_FILE, CHUNK, CHUNK_THREADS = 32 << 20, 8 << 20, 8
-
-
 DIRECT_ALIGN = 4096
 
 

@@ -56,11 +56,8 @@ def check_bwlimit(bwlimit: float | None) -> None:
 # A limit above this (1 TB/s) is no limit: a larger or non-finite value is a typo.
 MAX_BWLIMIT = 1e6
 
-
 # --plan's thresholds: what fits in memory, what is worth staging, when many small files should be packed.
 MEMORY_GB, STAGE_GB = 10, 100
-
-
 PACK_FILES, PACK_MEAN_BYTES = 10_000, 1_000_000
 
 

@@ -17,8 +17,6 @@ from dltune.staging.room import fstype_of
 LOCAL_FSTYPES = frozenset(
     {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "bcachefs", "jfs", "tmpfs", "ramfs", "overlay"}
 )
-
-
 LOCAL_WORKERS, NETWORK_WORKERS = 4, 16
 
 

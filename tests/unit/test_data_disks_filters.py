@@ -176,3 +176,102 @@ def test_findmnt_verify_errors_are_parsed_per_target() -> None:
         "/data/a\n   [E] unreachable source: UUID=zz\n"
     )
     assert filters.data_disks_verify_errors(out) == [["/data/a", "unreachable source: UUID=zz"]]
+
+
+# --- composing each disk's settings, then its fstab entry (the role's Jinja, moved here) -----------------
+
+DEFAULTS = (["defaults", "noatime"], ["errors=remount-ro"])
+
+
+def compose(
+    devices: list[dict[str, Any]], nofail: bool = True, timeout: object = "10s"
+) -> list[dict[str, Any]]:
+    return filters.data_disks_compose(devices, *DEFAULTS, nofail, timeout)
+
+
+def test_a_disk_that_gives_only_device_and_mount_point_gets_the_role_defaults() -> None:
+    [disk] = compose([{"device": "/dev/sdb", "mount_point": "/data"}])
+    assert disk == {
+        "device": "/dev/sdb",
+        "mount_point": "/data",
+        "fstype": "ext4",
+        "options": ["defaults", "noatime", "errors=remount-ro", "nofail", "x-systemd.device-timeout=10s"],
+        "owner": "root",
+        "group": "root",
+        "mode": "0755",
+    }
+
+
+def test_ext4_options_only_on_ext4_and_a_disks_own_options_replace_the_defaults() -> None:
+    [xfs, own] = compose(
+        [
+            {"device": "/dev/sdb", "mount_point": "/data", "fstype": "xfs"},
+            {"device": "/dev/sdc", "mount_point": "/scratch", "options": ["noatime", "nofail"]},
+        ]
+    )
+    assert xfs["options"] == ["defaults", "noatime", "nofail", "x-systemd.device-timeout=10s"]
+    # nofail is in the disk's own list already: added once, not twice.
+    assert own["options"] == ["noatime", "nofail", "x-systemd.device-timeout=10s"]
+    assert own["fstype"] == "ext4" and "errors=remount-ro" not in own["options"]
+
+
+@pytest.mark.parametrize(
+    ("nofail", "timeout", "tail"),
+    [
+        (True, "10s", ["nofail", "x-systemd.device-timeout=10s"]),
+        (False, "10s", ["x-systemd.device-timeout=10s"]),
+        (True, "", ["nofail"]),
+        (True, 90, ["nofail", "x-systemd.device-timeout=90"]),
+        (False, None, []),
+    ],
+)
+def test_nofail_and_the_device_timeout_as_asked(nofail: bool, timeout: object, tail: list[str]) -> None:
+    [disk] = compose([{"device": "/dev/sdb", "mount_point": "/data"}], nofail, timeout)
+    assert disk["options"] == ["defaults", "noatime", "errors=remount-ro", *tail]
+
+
+def test_owner_group_and_mode_are_the_disks_own_and_paths_become_text() -> None:
+    [disk] = compose(
+        [{"device": "/dev/sdb", "mount_point": "/data", "owner": "ml", "group": "ml", "mode": 750}]
+    )
+    assert (disk["owner"], disk["group"], disk["mode"]) == ("ml", "ml", "750")
+    assert compose([{"device": "/dev/sdb"}])[0]["mount_point"] == ""  # refused by the path check next
+
+
+def test_each_entry_is_by_the_uuid_the_disk_holds_or_the_one_its_format_just_made() -> None:
+    disks = compose(
+        [{"device": "/dev/sdb", "mount_point": "/data"}, {"device": "/dev/sdc", "mount_point": "/scratch"}]
+    )
+    plans = [
+        {
+            "device": "/dev/sdb",
+            "uuid": "1111",
+            "mounted_at": ["/data"],
+            "move_from": [],
+            "live_options": ["rw"],
+        },
+        {
+            "device": "/dev/sdc",
+            "uuid": None,
+            "mounted_at": ["/mnt/old"],
+            "move_from": ["/mnt/old"],
+            "live_options": [],
+        },
+    ]
+    held, formatted = filters.data_disks_entries(disks, plans, {"/dev/sdc": "2222"})
+    assert held == {
+        **disks[0],
+        "uuid": "1111",
+        "spec": "UUID=1111",
+        "dump": 0,
+        "passno": 2,
+        "device_node": "/dev/sdb",
+        "mounted_here": True,
+        "move_from": [],
+        "live_options": ["rw"],
+    }
+    assert formatted["spec"] == "UUID=2222" and formatted["mounted_here"] is False
+    assert formatted["move_from"] == ["/mnt/old"]
+    # Check mode formats nothing: a placeholder no real fstab line can hold.
+    [planned] = filters.data_disks_entries(disks[1:], plans[1:], {})
+    assert planned["spec"] == "UUID=to-be-created-in-check-mode"

@@ -479,3 +479,12 @@ def test_verify_checksum_of_an_already_staged_file_or_archive_reads_it_again(tmp
         with pytest.raises(StageError, match="verification failed"):
             staging.stage(src, tmp_path / "local", verify=True)
         assert not staging.stage(src, tmp_path / "local").verified  # not asked, not claimed
+
+
+def test_the_cli_refuses_the_same_bwlimit_as_staging_itself() -> None:
+    """The CLI declares --bwlimit's bound without importing staging (the audit never loads it): two
+    homes of one number, held equal here."""
+    from dltune.commands import stage as stage_command
+    from dltune.staging import plan
+
+    assert stage_command.MAX_BWLIMIT == plan.MAX_BWLIMIT

@@ -1,5 +1,7 @@
 """Filters of role data_disks: pure functions, unit-tested in tests/unit/test_data_disks_filters.py.
 
+- ``data_disks_compose``: each disk's settings with the role's defaults filled in.
+- ``data_disks_entries``: each disk's fstab entry by UUID, joined with its plan.
 - ``data_disks_plan``: what to do with each disk, from what the probes saw, with every refusal
   spelled out before anything changes.
 - ``data_disks_fstab``: the new /etc/fstab text: data disk lines added or replaced in place, noatime
@@ -291,9 +293,72 @@ def data_disks_verify_errors(stdout: str) -> list[list[str]]:
     return errors
 
 
+def data_disks_compose(
+    devices: list[dict[str, Any]],
+    default_options: list[str],
+    ext4_options: list[str],
+    nofail: bool,
+    device_timeout: object,
+) -> list[dict[str, Any]]:
+    """Each disk of data_disks_devices with what it leaves out taken from the role's defaults: ext4;
+    the default options (and the ext4 ones on ext4) unless it gives its own; then nofail and the
+    device timeout, each added once (a disk's own list may hold them already)."""
+    composed = []
+    for disk in devices:
+        fstype = disk.get("fstype", "ext4")
+        if "options" in disk:
+            options = list(disk["options"])
+        else:
+            options = list(default_options) + (list(ext4_options) if fstype == "ext4" else [])
+        extra = (["nofail"] if nofail else []) + (
+            [f"x-systemd.device-timeout={device_timeout}"] if device_timeout else []
+        )
+        composed.append(
+            {
+                "device": disk.get("device", ""),
+                "mount_point": str(disk.get("mount_point", "")),
+                "fstype": fstype,
+                "options": options + [option for option in extra if option not in options],
+                "owner": disk.get("owner", "root"),
+                "group": disk.get("group", "root"),
+                "mode": str(disk.get("mode", "0755")),
+            }
+        )
+    return composed
+
+
+CHECK_MODE_UUID = "to-be-created-in-check-mode"
+
+
+def data_disks_entries(
+    disks: list[dict[str, Any]], plans: list[dict[str, Any]], new_uuids: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Each disk's fstab entry, by UUID: the one it holds, or the one its format just made (in check
+    mode no format ran: a placeholder that is never written), with what its plan decided."""
+    entries = []
+    for disk, plan in zip(disks, plans, strict=True):
+        uuid = plan.get("uuid") or new_uuids.get(plan["device"], CHECK_MODE_UUID)
+        entries.append(
+            {
+                **disk,
+                "uuid": uuid,
+                "spec": f"UUID={uuid}",
+                "dump": 0,
+                "passno": 2,
+                "device_node": plan["device"],
+                "mounted_here": disk["mount_point"] in plan.get("mounted_at", []),
+                "move_from": plan.get("move_from"),
+                "live_options": plan.get("live_options"),
+            }
+        )
+    return entries
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "data_disks_compose": data_disks_compose,
+            "data_disks_entries": data_disks_entries,
             "data_disks_plan": data_disks_plan,
             "data_disks_fstab": data_disks_fstab,
             "data_disks_verify_errors": data_disks_verify_errors,
