@@ -21,8 +21,13 @@ def fixtures() -> Path:
     return FIXTURES
 
 
-def load_role_module(relative_path: str, name: str) -> ModuleType:
-    """A role's filter plugin or module (not a package) imported by path, for unit tests."""
+def load_role_module(relative_path: str) -> ModuleType:
+    """A role's filter plugin or module (not a package) imported by path, for unit tests, once. Its
+    name is its path (roles.data_disks.filter_plugins.data_disks): mutmut (`make mutation`) credits
+    a test with the functions it runs by their module's name, which must be the mutated file's."""
+    name = relative_path.removesuffix(".py").replace("/", ".")
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, REPO_ROOT / relative_path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -33,7 +33,7 @@ from tests.conftest import REPO_ROOT, load_role_module
 
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 pytestmark = pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed")
-paths_filter = load_role_module("roles/dltune/filter_plugins/dltune_paths.py", "dltune_paths_role_tests")
+paths_filter = load_role_module("roles/dltune/filter_plugins/dltune_paths.py")
 SHARED_CHECK = "Refuse paths and mount options that are not safe, before any change, for "
 
 

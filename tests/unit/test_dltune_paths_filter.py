@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from tests.conftest import load_role_module
 from tests.fuzzing import FUZZ
 
-paths = load_role_module("roles/dltune/filter_plugins/dltune_paths.py", "dltune_paths_filters")
-disks = load_role_module("roles/data_disks/filter_plugins/data_disks.py", "data_disks_point_filters")
+paths = load_role_module("roles/dltune/filter_plugins/dltune_paths.py")
+disks = load_role_module("roles/data_disks/filter_plugins/data_disks.py")
 SYSTEM = sorted(paths.SYSTEM_DIRS)
 SCRATCH = ["/localscratch", "/scratch", "/var/tmp", "/mnt", "/raid"]
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from tests.conftest import load_role_module
 
-errors_of = load_role_module(
-    "roles/nfs_multivip/filter_plugins/nfs_multivip.py", "nfs_multivip_filters"
-).nfs_multivip_errors
+errors_of = load_role_module("roles/nfs_multivip/filter_plugins/nfs_multivip.py").nfs_multivip_errors
 FACTS = {
     "interfaces": ["lo", "em1", "em2", "eno1"],
     "em1": {"ipv4": {"address": "10.21.115.112"}},

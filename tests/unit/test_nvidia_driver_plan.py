@@ -13,7 +13,7 @@ from tests.conftest import REPO_ROOT, load_role_module
 pytest.importorskip("ansible")
 
 
-plan = load_role_module("roles/nvidia_driver/library/nvidia_driver_plan.py", "nvidia_driver_plan")
+plan = load_role_module("roles/nvidia_driver/library/nvidia_driver_plan.py")
 
 # jammy, A100, linux-image-generic installed
 A100_WITH_KERNEL = """\
