@@ -36,6 +36,21 @@ def _copytree_keeping_links(src: Any, dst: Any, symlinks: bool = True, *args: An
     return _copytree(src, dst, symlinks, *args, **kwargs)
 
 
+def refresh_copied_files(mutants: Path = REPO_ROOT / "mutants") -> None:
+    """mutmut regenerates the mutated .py files that changed, but copies the other files of its source
+    paths (a role's tasks, defaults, templates) only into a new mutants/: a later run would test the
+    code against stale ones. Copy every changed non-Python file again."""
+    if not mutants.is_dir():
+        return
+    for root in ("dltune", "roles"):
+        for source in (REPO_ROOT / root).rglob("*"):
+            if source.is_file() and not source.is_symlink() and source.suffix not in {".py", ".pyc"}:
+                copy = mutants / source.relative_to(REPO_ROOT)
+                if not copy.exists() or copy.read_bytes() != source.read_bytes():
+                    copy.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source, copy)
+
+
 def equivalent_mutants() -> dict[str, str]:
     """`mutant name  reason` lines; # starts a comment."""
     listed = {}
@@ -77,6 +92,7 @@ def _percent(part: int, whole: int) -> str:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["score"]:
         sys.exit(score())
+    refresh_copied_files()
     shutil.copytree = _copytree_keeping_links  # type: ignore[assignment]
     from mutmut.__main__ import cli
 

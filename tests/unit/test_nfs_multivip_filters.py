@@ -1,9 +1,15 @@
 """nfs_multivip's input validation (roles/nfs_multivip/filter_plugins/nfs_multivip.py) against
-Ansible facts shaped like a two-NIC node's."""
+Ansible facts shaped like a two-NIC node's, and its route module's decision per VIP
+(roles/nfs_multivip/library/nfs_multivip_routes.py; the routes themselves: molecule and the lab)."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from tests.conftest import load_role_module
+from tests.real_corpus import Sample, samples
 
 errors_of = load_role_module("roles/nfs_multivip/filter_plugins/nfs_multivip.py").nfs_multivip_errors
 FACTS = {
@@ -54,3 +60,51 @@ def test_a_route_that_would_move_the_ansible_connection_is_refused() -> None:
     found = errors_of(GOOD, "/nfs0", FACTS, control)
     assert len(found) == 1 and "the address Ansible connects from" in found[0] and "[0]" in found[0]
     assert errors_of(GOOD, "/nfs0", FACTS, {"peer": "10.21.115.6", "dev": "em1"}) == []
+
+
+# --- module nfs_multivip_routes: which `ip route` command each VIP needs (route_change) -------------------
+routes = load_role_module("roles/nfs_multivip/library/nfs_multivip_routes.py")
+VIP = {"address": "10.21.115.200", "interface": "em2", "source": "10.21.115.113"}
+
+
+@pytest.mark.parametrize("sample", samples("ip_route_get"), ids=str)
+def test_a_route_printed_by_iproute2_is_kept_only_on_its_own_dev_and_source(sample: Sample) -> None:
+    """Real `ip -j route` records (the same keys as `route show exact`): the one the EXPECT line names
+    is kept as it is; another interface, another source or a second route replaces it."""
+    record = json.loads(sample.body)[0]
+    _, dev, _, src = sample.expect.split()
+    assert routes.route_differs([record], dev, src) is (src == "-")
+    assert routes.route_differs([record], dev + "x", src) is True
+    assert routes.route_differs([record], dev, "192.0.2.1") is True
+    assert routes.route_differs([record, record], dev, src) is True
+    assert routes.route_differs([], dev, src) is True
+
+
+def test_present_replaces_a_missing_or_wrong_route_on_link_and_keeps_a_right_one() -> None:
+    right = [{"dst": "10.21.115.200", "dev": "em2", "scope": "link", "prefsrc": "10.21.115.113", "flags": []}]
+    wrong = [{**right[0], "dev": "em1", "prefsrc": "10.21.115.112"}]
+    replace = [
+        "ip",
+        "route",
+        "replace",
+        "10.21.115.200/32",
+        "dev",
+        "em2",
+        "src",
+        "10.21.115.113",
+        "scope",
+        "link",
+    ]
+    assert routes.route_change(VIP, "present", []) == replace
+    assert routes.route_change(VIP, "present", wrong) == replace
+    assert routes.route_change(VIP, "present", right) is None
+
+
+def test_absent_deletes_only_a_route_that_exists() -> None:
+    assert routes.route_change(VIP, "absent", [{"dst": "10.21.115.200", "dev": "em2"}]) == [
+        "ip",
+        "route",
+        "del",
+        "10.21.115.200/32",
+    ]
+    assert routes.route_change(VIP, "absent", []) is None

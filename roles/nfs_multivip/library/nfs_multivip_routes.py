@@ -32,6 +32,27 @@ def route_differs(current: list[dict], dev: str, src: str) -> bool:
     return route.get("dev") != dev or route.get("prefsrc") != src
 
 
+def route_change(vip: dict, state: str, current: list[dict]) -> list[str] | None:
+    """The `ip route` command that brings one VIP's /32 route to `state`, or None when it is there."""
+    prefix = f"{vip['address']}/32"
+    if state == "present":
+        if not route_differs(current, vip["interface"], vip["source"]):
+            return None
+        return [
+            "ip",
+            "route",
+            "replace",
+            prefix,
+            "dev",
+            vip["interface"],
+            "src",
+            vip["source"],
+            "scope",
+            "link",
+        ]
+    return ["ip", "route", "del", prefix] if current else None
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -47,15 +68,9 @@ def main() -> None:
         if rc != 0:
             module.fail_json(msg=f"ip route show {prefix} failed: {err.strip()}")
         current = json.loads(out or "[]")
-        if module.params["state"] == "present":
-            if not route_differs(current, vip["interface"], vip["source"]):
-                continue
-            argv = ["ip", "route", "replace", prefix, "dev", vip["interface"], "src", vip["source"]]
-            argv += ["scope", "link"]
-        else:
-            if not current:
-                continue
-            argv = ["ip", "route", "del", prefix]
+        argv = route_change(vip, module.params["state"], current)
+        if argv is None:
+            continue
         changes.append({"route": prefix, "before": current, "command": " ".join(argv)})
         if not module.check_mode:
             rc, _, err = module.run_command(argv)
