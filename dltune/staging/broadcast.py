@@ -42,7 +42,16 @@ from dltune.staging.copy import sha256_file
 from dltune.staging.destination import Destination, check_name
 from dltune.staging.model import ARCHIVE_SUFFIXES, Entry, StageError, Summary, is_archive, staged_name
 from dltune.staging.plan import allocated, preflight
-from dltune.staging.record import describe_source, read_record, record_path, same_source, write_record
+from dltune.staging.record import (
+    completed,
+    describe_source,
+    identity_of,
+    read_record,
+    record_path,
+    same_source,
+    says_complete,
+    write_record,
+)
 from dltune.staging.room import Space, space_at
 from dltune.staging.scan import NETWORK_WORKERS, scan_tree
 from dltune.staging.stage import already_staged
@@ -227,9 +236,7 @@ def _pack_digest(to: Path, name: str) -> str:
 def _recorded_identity(to: Path, name: str) -> dict[str, Any] | None:
     """The source as the first node's stage recorded it a moment ago (no second scan of it)."""
     record = read_record(record_path(to, name))
-    if record is None or not record.get("complete"):
-        return None
-    return {key: value for key, value in record.items() if key != "complete"}
+    return identity_of(record) if record is not None and says_complete(record) else None
 
 
 def _holds(to: Path, name: str, identity: dict[str, Any]) -> bool:
@@ -238,7 +245,7 @@ def _holds(to: Path, name: str, identity: dict[str, Any]) -> bool:
         record = read_record(record_path(to, name))
     except StageError:
         return False
-    complete = record is not None and record.get("complete") is True
+    complete = says_complete(record)
     return os.path.lexists(to / name) and complete and same_source(record or {}, identity) is None
 
 
@@ -560,7 +567,7 @@ def _finish_file(payload: Path, to: Path, name: str, identity: dict[str, Any], o
                 f"{payload}: {arrived.st_size} bytes arrived, the source has {identity.get('bytes')}; "
                 "rerun to resend"
             )
-        place.write(place.record, {**identity, "complete": True})
+        place.write(place.record, completed(identity))
         place.rename(payload.name, place.name)
         place.remove(place.aside)
     return Summary(to / name, files=1, bytes=arrived.st_size, verified=options.verify)

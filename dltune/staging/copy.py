@@ -327,10 +327,12 @@ def stage_tree(
     entries: list[Entry],
     workers: int,
     advance: Progress,
-    resume: bool,
+    fresh: bool,
     copier: Copier = PLAIN,
 ) -> tuple[int, int]:
-    if resume:  # first, so that nothing left there stands where the source has another kind
+    """Copy `entries` of `src` into `partial`: (bytes copied, files skipped). Not `fresh` (a partial
+    tree a killed run left): what the source lacks goes first, complete files are kept."""
+    if not fresh:  # first, so that nothing left there stands where the source has another kind
         _remove_strays(partial, {e.relative: e for e in entries})
     for entry in entries:
         if entry.kind == "dir":
@@ -338,7 +340,7 @@ def stage_tree(
     todo, skipped = [], 0
     for entry in entries:
         if entry.kind == "file":
-            if resume and is_complete(partial / entry.relative, entry):
+            if not fresh and is_complete(partial / entry.relative, entry):
                 skipped += 1
                 advance(entry.size)
             else:
@@ -360,7 +362,7 @@ def stage_tree(
 
     # A throttle of this copy's own: halting it (below) must not stop every later copy of the process.
     throttle = Throttle(None) if copier.throttle is UNLIMITED else copier.throttle
-    copier = dataclasses.replace(copier, fresh=not resume, throttle=throttle)
+    copier = dataclasses.replace(copier, fresh=fresh, throttle=throttle)
     # Large files first: they dominate the tail of a parallel copy. Small ones in inode order: on a
     # cold local disk that is close to the order of their blocks, so reads stream instead of seek.
     todo.sort(key=lambda e: (-e.size, 0) if e.size >= SMALL_FILE else (0, e.inode))

@@ -78,6 +78,22 @@ def write_record(path: Path, record: dict[str, Any]) -> None:
         raise StageError(f"{path}: cannot write dltune's record ({exc.strerror})") from exc
 
 
+def completed(identity: dict[str, Any]) -> dict[str, Any]:
+    """The record of a dataset staged whole from the source `identity` describes."""
+    return {**identity, "complete": True}
+
+
+def says_complete(record: dict[str, Any] | None) -> bool:
+    """Whether a record was written once its dataset was whole (an older dltune also kept the
+    partial copy's source there, without the mark)."""
+    return record is not None and record.get("complete") is True
+
+
+def identity_of(record: dict[str, Any]) -> dict[str, Any]:
+    """The source as a record describes it, without the mark of completeness."""
+    return {key: value for key, value in record.items() if key != "complete"}
+
+
 def same_source(record: dict[str, Any], now: dict[str, Any]) -> str | None:
     """Why a recorded stage is not of this source as it is now (None when it is)."""
     if record.get("source") != now["source"]:

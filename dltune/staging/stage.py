@@ -34,7 +34,7 @@ from dltune.staging.copy import (
 from dltune.staging.destination import Destination, check_name, refuse_overlap
 from dltune.staging.model import Entry, StageError, Summary, Throttle, is_archive, staged_name
 from dltune.staging.plan import allocated, check_bwlimit, preflight
-from dltune.staging.record import describe_source, same_source
+from dltune.staging.record import completed, describe_source, same_source, says_complete
 from dltune.staging.room import Space, space_at
 from dltune.staging.scan import default_workers, is_local, scan_tree
 
@@ -171,8 +171,8 @@ def already_staged(place: Destination, identity: dict[str, Any], replace: bool) 
     place.expect_own(place.name, dest_st, stat.S_IFMT(dest_st.st_mode))
     record = place.read(place.record)
     mismatch: str | None = "was not staged by dltune (no record of its source beside it)"
-    if record is not None and record.get("complete"):
-        mismatch = same_source(record, identity)
+    if says_complete(record):
+        mismatch = same_source(record or {}, identity)
     if mismatch is None:
         return Summary(Path(place.shown(place.name)), notes=["already staged"])
     if not replace:
@@ -231,7 +231,7 @@ def _stage_into_partial(
         place.expect_own(place.partial, partial_st, stat.S_IFDIR if kind != "file" else stat.S_IFREG)
         # An older dltune kept the partial copy's source in the record itself, marked incomplete.
         old = place.read(place.record)
-        record = place.read(place.partial_record) or (old if old and not old.get("complete") else None)
+        record = place.read(place.partial_record) or (old if old and not says_complete(old) else None)
         mismatch = same_source(record, identity) if record else "is not a partial copy dltune recorded"
         if mismatch and not replace:
             raise StageError(
@@ -255,7 +255,7 @@ def _stage_into_partial(
         raise StageError(str(exc).replace(fd_path(place.fd), str(place.to))) from exc
     finally:
         chunk_pool.shutdown(wait=True, cancel_futures=True)
-    place.write(place.record, {**identity, "complete": True})
+    place.write(place.record, completed(identity))
     place.rename(place.partial, place.name)
     place.remove(place.partial_record)
     place.remove(place.aside)
@@ -338,7 +338,7 @@ def _stage_dir(job: _Job, entries: list[Entry], fresh: bool) -> Summary:
     if job.options.on_total:
         job.options.on_total(sum(e.size for e in entries if e.kind == "file"))
     copied, skipped = stage_tree(
-        job.src, job.partial, entries, job.options.workers, job.options.advance, not fresh, job.copier
+        job.src, job.partial, entries, job.options.workers, job.options.advance, fresh, job.copier
     )
     summary = Summary(job.dest, files=sum(e.kind == "file" for e in entries), bytes=copied, skipped=skipped)
     if job.options.verify:

@@ -688,3 +688,24 @@ def test_a_large_file_that_fills_the_destination_is_a_clean_error(tmp_path: Path
     with pytest.raises(StageError, match=r"filled up while copying.*rerun the same command to resume"):
         staging.stage(src, small, space=lambda _p: Space(10**10, 10**6, "ext4"))
     assert not (small / "shards").exists() and not list(small.rglob("*.dltune-tmp"))
+
+
+def test_only_the_exact_mark_makes_a_record_say_its_dataset_is_whole(tmp_path: Path) -> None:
+    """The record's `complete` is true only as JSON true: a record that says "yes", 1 or nothing
+    names a partial copy's source (as an older dltune wrote it), never a staged dataset."""
+    from dltune.staging.record import completed, identity_of, says_complete
+
+    identity = {"source": "/shared/ds", "kind": "dir", "files": 3, "bytes": 10, "newest_mtime_ns": 1}
+    assert says_complete(completed(identity)) and identity_of(completed(identity)) == identity
+    for mark in ("yes", 1, None, False):
+        assert not says_complete({**identity, "complete": mark})
+    assert not says_complete(identity) and not says_complete(None)
+    # Staged with a record whose mark is not JSON true: not taken as staged, refused as unknown.
+    src = make_dataset(tmp_path / "shared", files=3)
+    local = tmp_path / "local"
+    local.mkdir()
+    staging.stage(src, local)
+    record = staging.record_path(local, src.name)
+    record.write_text(json.dumps({**json.loads(record.read_text()), "complete": 1}))
+    with pytest.raises(StageError, match="was not staged by dltune"):
+        staging.stage(src, local)
