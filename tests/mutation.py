@@ -51,6 +51,20 @@ def refresh_copied_files(mutants: Path = REPO_ROOT / "mutants") -> None:
                     shutil.copy2(source, copy)
 
 
+NO_TESTS = 33  # mutmut's result for a mutant no test ran
+
+
+def forget_untested(mutants: Path = REPO_ROOT / "mutants") -> None:
+    """mutmut keeps a result while its function is unchanged, "no tests" included: a test written
+    since would never be credited. Those results are cheap to decide again, so they are forgotten."""
+    for meta in mutants.rglob("*.py.meta"):
+        data = json.loads(meta.read_text())
+        codes = data.get("exit_code_by_key", {})
+        if NO_TESTS in codes.values():
+            data["exit_code_by_key"] = {k: (None if v == NO_TESTS else v) for k, v in codes.items()}
+            meta.write_text(json.dumps(data))
+
+
 def equivalent_mutants() -> dict[str, str]:
     """`mutant name  reason` lines; # starts a comment."""
     listed = {}
@@ -93,6 +107,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["score"]:
         sys.exit(score())
     refresh_copied_files()
+    forget_untested()
     shutil.copytree = _copytree_keeping_links  # type: ignore[assignment]
     from mutmut.__main__ import cli
 

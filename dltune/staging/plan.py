@@ -64,12 +64,17 @@ PACK_FILES, PACK_MEAN_BYTES = 10_000, 1_000_000
 def plan_advice(src: Path, nodes: int = 1) -> list[str]:
     """Where a dataset should live during a job of `nodes` nodes: in memory, staged to local disk,
     read from the shared filesystem, whether to pack it first, and whether to broadcast it."""
-    entries = [e for e in scan_tree(src) if e.kind == "file"] if src.is_dir() else []
-    size = sum(e.size for e in entries) if src.is_dir() else src.stat().st_size
-    count = len(entries) if src.is_dir() else 1
+    if src.is_dir():
+        sizes = [e.size for e in scan_tree(src) if e.kind == "file"]
+        return advice(str(src), sum(sizes), len(sizes), fstype_of(src), nodes, directory=True)
+    return advice(str(src), src.stat().st_size, 1, fstype_of(src), nodes, directory=False)
+
+
+def advice(shown: str, size: int, count: int, fstype: str, nodes: int, directory: bool) -> list[str]:
+    """plan_advice's judgement of what it read: `size` bytes in `count` files on a `fstype`."""
     mean = size / count if count else 0
-    lines = [f"{src}: {size / 1e9:.2f} GB in {count} file(s), mean {mean / 1e3:.1f} kB, on {fstype_of(src)}"]
-    if src.is_dir() and count > PACK_FILES and mean < PACK_MEAN_BYTES:
+    lines = [f"{shown}: {size / 1e9:.2f} GB in {count} file(s), mean {mean / 1e3:.1f} kB, on {fstype}"]
+    if directory and count > PACK_FILES and mean < PACK_MEAN_BYTES:
         lines.append(
             "pack: many small files; keep them as one archive (tar or tar.zst) on the shared filesystem"
             " and stage the archive: each node then extracts it once instead of opening every file over NFS"
