@@ -5,8 +5,11 @@
 
 mutmut copies tests/ into mutants/ with shutil.copytree, which follows symlinks and fails on the
 fixture trees' links (dev/disk/by-uuid/* point at devices that exist only on a real host): the copy
-here keeps links as links. A survivor listed in tests/mutation_equivalent.txt (a mutant no test can
-tell from the original, with the reason) is left out of the score and of the list.
+here keeps links as links. mutmut records which tests run which function once, and again only for
+test files that changed: after changing a shared helper (tests/conftest.py), delete
+mutants/mutmut-stats.json so that every test is asked again. A survivor listed in
+tests/mutation_equivalent.txt (a mutant no test can tell from the original, with the reason) is left
+out of the score and of the list.
 """
 
 from __future__ import annotations
