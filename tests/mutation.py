@@ -54,17 +54,16 @@ def refresh_copied_files(mutants: Path = REPO_ROOT / "mutants") -> None:
                     shutil.copy2(source, copy)
 
 
-NO_TESTS = 33  # mutmut's result for a mutant no test ran
-
-
-def forget_untested(mutants: Path = REPO_ROOT / "mutants") -> None:
-    """mutmut keeps a result while its function is unchanged, "no tests" included: a test written
-    since would never be credited. Those results are cheap to decide again, so they are forgotten."""
+def forget_survivors(mutants: Path = REPO_ROOT / "mutants") -> None:
+    """mutmut keeps a result while its function is unchanged, a survivor's and "no tests" included:
+    a test written since to kill it would never be credited. Survivors are forgotten and decided again
+    (killed mutants stay killed: a full run from nothing is `rm -rf mutants`)."""
     for meta in mutants.rglob("*.py.meta"):
         data = json.loads(meta.read_text())
         codes = data.get("exit_code_by_key", {})
-        if NO_TESTS in codes.values():
-            data["exit_code_by_key"] = {k: (None if v == NO_TESTS else v) for k, v in codes.items()}
+        if any(code in SURVIVED_EXIT_CODES for code in codes.values()):
+            undecided = {key: None for key, code in codes.items() if code in SURVIVED_EXIT_CODES}
+            data["exit_code_by_key"] = {**codes, **undecided}
             meta.write_text(json.dumps(data))
 
 
@@ -110,7 +109,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["score"]:
         sys.exit(score())
     refresh_copied_files()
-    forget_untested()
+    forget_survivors()
     shutil.copytree = _copytree_keeping_links  # type: ignore[assignment]
     from mutmut.__main__ import cli
 
