@@ -110,7 +110,7 @@ def _finding(test: DcgmTest, diag: DcgmDiag) -> Result:
         result_id(test.name),
         status,
         f"DCGM level {diag.level} test {test.name} {word}"
-        + (f" on GPU {', '.join(gpus)}" if gpus else "")
+        + (" on every GPU" if gpus == ["all"] else f" on GPU {', '.join(gpus)}" if gpus else "")
         + f": {said}",
         evidence={
             "test": test.name,

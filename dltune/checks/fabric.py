@@ -851,9 +851,10 @@ def judge_gpu_topology(
         listed = nics_wanted if isinstance(nics_wanted, list) else [nics_wanted]
         wanted = {str(name) for name in listed}
         if set(facts["nearest_nics"]) != wanted:
+            reached = ", ".join(facts["nearest_nics"]) or "none reached"
+            level = f" ({facts['level']})" if facts["level"] else ""
             problems.append(
-                f"nearest adapter(s) {', '.join(facts['nearest_nics']) or 'none'} ({facts['level']}), "
-                f"the site expects {', '.join(sorted(wanted))}"
+                f"nearest adapter(s) {reached}{level}, the site expects {', '.join(sorted(wanted))}"
             )
     if problems:
         return Status.FAIL, "; ".join(problems)
@@ -863,7 +864,8 @@ def judge_gpu_topology(
             "reaches every RDMA adapter only across the sockets (SYS): GPUDirect RDMA crosses the CPUs",
         )
     nearest = ", ".join(facts["nearest_nics"]) or "unknown"
-    return Status.PASS, f"NUMA node {facts['numa_node']}, nearest adapter(s) {nearest}" + (
+    numa = "unknown" if facts["numa_node"] is None else facts["numa_node"]
+    return Status.PASS, f"NUMA node {numa}, nearest adapter(s) {nearest}" + (
         f" ({facts['level']})" if facts["level"] else ""
     )
 

@@ -171,7 +171,7 @@ def _managed_data_mounts(snap: Snapshot) -> list[dict[str, Any]] | None:
     if fragment is None:
         return None
     disks = [dict(d) for d in fragment.get("disks", []) if isinstance(d, Mapping)]
-    disks += [{"mount_point": str(mp), "system": True} for mp in fragment.get("system_noatime", [])]
+    disks += [{"mount_point": str(mp)} for mp in fragment.get("system_noatime", [])]
     return disks
 
 

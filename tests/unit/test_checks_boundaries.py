@@ -70,9 +70,9 @@ def test_a_real_fail_and_warn_without_messages_say_so_and_only_the_fail_drains()
     """gcm's sample: DCGM 3 names no GPU ("all") and gives no warning text for either test."""
     results = by_id(run_dcgm_diag(recorded(GCM_FAIL_WARN), 1, 30))
     persistence, environment = results["gpu.dcgm_persistence_mode"], results["gpu.dcgm_environment_variables"]
-    assert persistence.summary == "DCGM level 1 test Persistence Mode failed on GPU all: no message"
+    assert persistence.summary == "DCGM level 1 test Persistence Mode failed on every GPU: no message"
     assert (persistence.status, persistence.critical) == (Status.FAIL, True)
-    assert environment.summary == "DCGM level 1 test Environment Variables warned on GPU all: no message"
+    assert environment.summary == "DCGM level 1 test Environment Variables warned on every GPU: no message"
     assert (environment.status, environment.critical) == (Status.WARN, False)
     assert environment.remedy == DCGM_REMEDY
     assert results["gpu.dcgm"].summary == "DCGM level 1: 7 test(s) passed, 2 with findings (gpu.dcgm_*)"
