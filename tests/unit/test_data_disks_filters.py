@@ -275,3 +275,12 @@ def test_each_entry_is_by_the_uuid_the_disk_holds_or_the_one_its_format_just_mad
     # Check mode formats nothing: a placeholder no real fstab line can hold.
     [planned] = filters.data_disks_entries(disks[1:], plans[1:], {})
     assert planned["spec"] == "UUID=to-be-created-in-check-mode"
+
+
+def test_noatime_added_to_a_short_line_of_a_crlf_fstab_goes_before_the_carriage_return() -> None:
+    """It was appended after the \\r: libmount, and dltune's own parser, then read 'tmpfs\\r' as the type."""
+    new = filters.data_disks_fstab("tmpfs /s tmpfs\r\nproc /proc proc defaults 0 0\r\n", [], ["/s"])
+    assert new == "tmpfs /s tmpfs\tnoatime\r\nproc /proc proc defaults 0 0\r\n"
+    assert [(e.fstype, e.options) for e in parse_fstab(new).entries if e.mount_point == "/s"] == [
+        ("tmpfs", ("noatime",))
+    ]

@@ -107,7 +107,9 @@ def data_disks_fstab(content: str, entries: list[dict[str, Any]], noatime_mounts
             raise ValueError(f"data_disks_system_noatime: no fstab line for {mount_point}")
         fields = _entry_fields(lines[index]) or []
         if len(fields) < 4:
-            lines[index] = lines[index].rstrip(" \t") + "\tnoatime"
+            # A CRLF file keeps its \r at the end of the line, after the new field.
+            ending = "\r" if lines[index].endswith("\r") else ""
+            lines[index] = lines[index].rstrip(" \t\r") + "\tnoatime" + ending
             continue
         options = fields[3].group().split(",")
         wanted = [o for o in options if o not in ATIME_OPTIONS] + ["noatime"]

@@ -321,11 +321,13 @@ def upstream_version(debian_version: str) -> str:
 
 
 def simulated_version(simulation: str, package: str) -> str | None:
-    """The version `apt-get install -s` would install for one package."""
+    """The version `apt-get install -s` would install for one package: the one in parentheses (an
+    upgrade prints the installed one first, in brackets: `Inst pkg [old] (new suite [arch])`)."""
     for line in simulation.splitlines():
         parts = line.split()
         if len(parts) >= 3 and parts[0] == "Inst" and parts[1] == package:
-            return parts[2].strip("([")
+            new = next((part for part in parts[2:] if part.startswith("(")), None)
+            return new[1:] if new else None
     return None
 
 

@@ -193,7 +193,12 @@ def main() -> None:
         previous = {}
     except ValueError as exc:
         module.fail_json(msg=f"{p['hooks_config']} is not JSON ({exc}): fix or remove it")
-    recorded = dict(previous.get("site_hooks", {}))
+    site_hooks = previous.get("site_hooks", {}) if isinstance(previous, dict) else None
+    if not isinstance(site_hooks, dict):
+        module.fail_json(
+            msg=f"{p['hooks_config']} is not this role's record (an object with site_hooks): fix or remove it"
+        )
+    recorded = dict(site_hooks)
     if p["state"] == "absent":
         remove(module, p, ours, recorded)
 

@@ -1,0 +1,442 @@
+"""Role slurm_healthcheck's Ansible module run for real, in-process (as Ansible's own unit tests run
+modules): arguments through ansible.module_utils.testing.patch_module_args, main()'s JSON result read
+from stdout, every path in tmp_path. Checked is what a site sees: slurm.conf byte for byte with its mode
+and owner kept, the record of the site's values (written before slurm.conf, kept across reruns), the
+changed flags, the errors naming what is wrong, --check changing nothing, and state=absent putting back
+exactly what the site had. The module runs no command (no scontrol, no systemctl)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from tests.conftest import load_role_module
+from tests.unit.test_slurm_healthcheck_role import OURS, SITE
+
+keys_module = load_role_module("roles/slurm_healthcheck/library/slurm_conf_keys.py")
+
+# SITE with our values: the last assignment of each key replaced (the site's trailing comment goes with
+# its value), the missing key appended.
+APPLIED = (
+    "ClusterName=ci\n"
+    "HealthCheckProgram=/usr/local/sbin/dltune-healthcheck\n"
+    "healthcheckinterval=60\n"
+    "HealthCheckInterval=300\n"
+    "NodeName=n1 CPUs=2\n"
+    "HealthCheckNodeState=ANY,CYCLE\n"
+)
+SITE_VALUES = {
+    "HealthCheckProgram": "/usr/sbin/nhc",
+    "HealthCheckInterval": "120",
+    "HealthCheckNodeState": None,
+}
+RESTORED = (
+    "ClusterName=ci\n"
+    "HealthCheckProgram=/usr/sbin/nhc\n"
+    "healthcheckinterval=60\n"
+    "HealthCheckInterval=120\n"
+    "NodeName=n1 CPUs=2\n"
+)
+CONF_MODE = 0o644
+
+
+def run(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    """main() with these module arguments: (exit status, its JSON result without `invocation`)."""
+    capsys.readouterr()
+    # _ansible_no_log: no invocation line in the host's syslog/journal.
+    with patch_module_args({**args, "_ansible_no_log": True}), pytest.raises(SystemExit) as exited:
+        keys_module.main()
+    result = json.loads(capsys.readouterr().out)
+    result.pop("invocation")
+    return exited.value.code, result
+
+
+def record_text(values: dict[str, str | None]) -> str:
+    return json.dumps({"site_values": values}, indent=2, sort_keys=True) + "\n"
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.rglob(".dltune-*"))
+
+
+def owner_and_mode(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> dict[str, Path]:
+    etc = tmp_path / "etc"
+    state = tmp_path / "state"
+    etc.mkdir()
+    state.mkdir()
+    conf = etc / "slurm.conf"
+    conf.write_text(SITE)
+    conf.chmod(CONF_MODE)
+    if os.geteuid() == 0:  # a root test run can show the owner kept
+        os.chown(conf, 1234, 1235)
+    return {"conf": conf, "record": state / "healthcheck.json"}
+
+
+def args_for(paths: dict[str, Path], **extra: Any) -> dict[str, Any]:
+    return {"conf": str(paths["conf"]), "keys": OURS, "record": str(paths["record"]), **extra}
+
+
+def diff(paths: dict[str, Path], before: str, after: str) -> dict[str, str]:
+    return {
+        "before": before,
+        "after": after,
+        "before_header": str(paths["conf"]),
+        "after_header": str(paths["conf"]),
+    }
+
+
+def test_first_run_sets_our_values_and_records_the_sites(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf, record = paths["conf"], paths["record"]
+    before = owner_and_mode(conf)
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 0
+    assert result == {
+        "changed": True,
+        "conf_changed": True,
+        "site_values": SITE_VALUES,
+        "diff": diff(paths, SITE, APPLIED),
+    }
+    assert conf.read_text() == APPLIED and owner_and_mode(conf) == before
+    assert record.read_text() == record_text(SITE_VALUES)
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    assert leftovers(conf.parent.parent) == []
+
+
+def test_a_rerun_is_a_no_op_and_never_records_our_own_values(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(args_for(paths), capsys)
+    inodes = paths["conf"].stat().st_ino, paths["record"].stat().st_ino
+    rc, result = run(args_for(paths, state="present"), capsys)
+    assert rc == 0
+    assert result == {
+        "changed": False,
+        "conf_changed": False,
+        "site_values": SITE_VALUES,
+        "diff": diff(paths, APPLIED, APPLIED),
+    }
+    assert (paths["conf"].stat().st_ino, paths["record"].stat().st_ino) == inodes
+    assert paths["record"].read_text() == record_text(SITE_VALUES)
+
+
+def test_a_value_the_site_changed_since_is_set_back_and_the_record_kept(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(args_for(paths), capsys)
+    paths["conf"].write_text(APPLIED.replace("HealthCheckInterval=300", "HealthCheckInterval=900"))
+    record_inode = paths["record"].stat().st_ino
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 0 and result["changed"] is True and result["conf_changed"] is True
+    assert paths["conf"].read_text() == APPLIED
+    assert paths["record"].stat().st_ino == record_inode
+    assert paths["record"].read_text() == record_text(SITE_VALUES)
+
+
+def test_a_new_key_is_added_to_the_record_and_the_old_ones_kept(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(args_for(paths), capsys)
+    more = {**OURS, "HealthCheckNodeState": "IDLE"}
+    rc, result = run(args_for(paths, keys=more), capsys)
+    assert rc == 0 and result["changed"] is True and result["site_values"] == SITE_VALUES
+    assert paths["conf"].read_text() == APPLIED.replace("ANY,CYCLE", "IDLE")
+
+
+def test_values_that_are_not_strings_are_written_as_words(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, result = run(args_for(paths, keys={"HealthCheckInterval": 300}), capsys)
+    assert rc == 0 and result["site_values"] == {"HealthCheckInterval": "120"}
+    assert paths["conf"].read_text() == SITE.replace("HealthCheckInterval=120", "HealthCheckInterval=300")
+
+
+def test_the_documented_default_state_is_the_one_applied(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The invocation Ansible reports (ansible-playbook -v) carries each option as the module used it."""
+    capsys.readouterr()
+    with patch_module_args({**args_for(paths), "_ansible_no_log": True}), pytest.raises(SystemExit):
+        keys_module.main()
+    invocation = json.loads(capsys.readouterr().out)["invocation"]
+    assert invocation == {"module_args": {**args_for(paths), "state": "present"}}
+
+
+def test_path_arguments_expand_variables(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DLTUNE_TEST_ETC", str(paths["conf"].parent))
+    monkeypatch.setenv("HOME", str(paths["record"].parent))
+    rc, result = run(
+        {"conf": "$DLTUNE_TEST_ETC/slurm.conf", "keys": OURS, "record": "~/healthcheck.json"}, capsys
+    )
+    assert rc == 0 and result["diff"] == diff(paths, SITE, APPLIED)
+    assert paths["conf"].read_text() == APPLIED
+    assert paths["record"].read_text() == record_text(SITE_VALUES)
+
+
+def test_check_mode_reports_the_change_and_writes_nothing(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, result = run(args_for(paths, _ansible_check_mode=True), capsys)
+    assert rc == 0 and result["changed"] is True and result["diff"]["after"] == APPLIED
+    assert paths["conf"].read_text() == SITE and not paths["record"].exists()
+
+
+@pytest.mark.parametrize(
+    ("keys", "bad"),
+    [
+        ({"HealthCheckProgram": "/usr/sbin/nhc -a"}, "HealthCheckProgram=/usr/sbin/nhc -a"),
+        ({"HealthCheckProgram": "/usr/sbin/nhc#x"}, "HealthCheckProgram=/usr/sbin/nhc#x"),
+        ({"HealthCheckInterval": ""}, "HealthCheckInterval="),
+        ({"Health-Check-Interval": "300"}, "Health-Check-Interval=300"),
+        (
+            {"HealthCheckInterval": "", "HealthCheckNodeState": "ANY", "HealthCheckProgram": "a b"},
+            "HealthCheckInterval=, HealthCheckProgram=a b",
+        ),
+    ],
+)
+def test_a_value_that_is_not_one_word_fails_and_nothing_is_written(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str], keys: dict[str, str], bad: str
+) -> None:
+    rc, result = run(args_for(paths, keys=keys), capsys)
+    assert rc == 1 and result == {"failed": True, "msg": f"slurm.conf values must be single words: {bad}"}
+    assert paths["conf"].read_text() == SITE and not paths["record"].exists()
+
+
+def test_missing_slurm_conf_fails_naming_the_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "slurm.conf"
+    rc, result = run({"conf": str(conf), "keys": OURS, "record": str(tmp_path / "r.json")}, capsys)
+    assert rc == 1
+    assert result == {
+        "failed": True,
+        "msg": f"slurm_healthcheck_conf={conf} does not exist: is Slurm configured here?",
+    }
+    assert not (tmp_path / "r.json").exists() and not conf.exists()
+
+
+@pytest.mark.parametrize("text", ["{site_values", "[]"])
+def test_a_record_that_is_not_the_roles_fails_naming_the_file(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    paths["record"].write_text(text)
+    try:
+        json.loads(text).get("site_values")
+    except (ValueError, AttributeError) as exc:
+        reason = str(exc)
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 1
+    assert result == {
+        "failed": True,
+        "msg": f"{paths['record']} is not the role's JSON record ({reason}): fix or remove it",
+    }
+    assert paths["conf"].read_text() == SITE and paths["record"].read_text() == text
+
+
+def test_a_record_without_site_values_is_an_empty_one(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths["record"].write_text("{}\n")
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 0 and result["site_values"] == SITE_VALUES
+    assert paths["record"].read_text() == record_text(SITE_VALUES)
+
+
+@pytest.mark.parametrize("missing", ["conf", "keys", "record"])
+def test_required_arguments(paths: dict[str, Path], capsys: pytest.CaptureFixture[str], missing: str) -> None:
+    args = args_for(paths)
+    del args[missing]
+    rc, result = run(args, capsys)
+    assert rc == 1 and result == {"failed": True, "msg": f"missing required arguments: {missing}"}
+    assert paths["conf"].read_text() == SITE and not paths["record"].exists()
+
+
+def test_state_takes_present_or_absent_only(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, result = run(args_for(paths, state="removed"), capsys)
+    assert rc == 1
+    assert result == {"failed": True, "msg": "value of state must be one of: present, absent, got: removed"}
+    assert paths["conf"].read_text() == SITE
+
+
+def test_absent_puts_back_exactly_what_the_site_had_and_removes_the_record(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf, record = paths["conf"], paths["record"]
+    run(args_for(paths), capsys)
+    before = owner_and_mode(conf)
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0
+    assert result == {
+        "changed": True,
+        "conf_changed": True,
+        "site_values": SITE_VALUES,
+        "diff": diff(paths, APPLIED, RESTORED),
+    }
+    assert conf.read_text() == RESTORED and owner_and_mode(conf) == before
+    assert not record.exists() and leftovers(conf.parent.parent) == []
+    # Again: no record, nothing to undo, slurm.conf not even read.
+    conf.unlink()
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0 and result == {"changed": False, "msg": "no record: nothing was set by this role"}
+
+
+def test_absent_without_a_record_leaves_slurm_conf_alone(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths["conf"].write_text(APPLIED)
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0 and result == {"changed": False, "msg": "no record: nothing was set by this role"}
+    assert paths["conf"].read_text() == APPLIED
+
+
+def test_absent_in_check_mode_changes_nothing(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(args_for(paths), capsys)
+    rc, result = run(args_for(paths, state="absent", _ansible_check_mode=True), capsys)
+    assert rc == 0 and result["changed"] is True and result["diff"]["after"] == RESTORED
+    assert paths["conf"].read_text() == APPLIED and paths["record"].read_text() == record_text(SITE_VALUES)
+
+
+def test_absent_with_a_record_but_no_slurm_conf_fails_and_keeps_the_record(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(args_for(paths), capsys)
+    paths["conf"].unlink()
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert (
+        rc == 1
+        and result["msg"]
+        == f"slurm_healthcheck_conf={paths['conf']} does not exist: is Slurm configured here?"
+    )
+    assert paths["record"].read_text() == record_text(SITE_VALUES)
+
+
+def test_absent_when_nothing_of_ours_is_left_only_drops_the_record(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The site took every key back (one line even deleted): slurm.conf stays as the site has it."""
+    run(args_for(paths), capsys)
+    site_now = SITE.replace("HealthCheckInterval=120\n", "")
+    paths["conf"].write_text(site_now)
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0
+    assert result == {
+        "changed": True,
+        "conf_changed": False,
+        "site_values": SITE_VALUES,
+        "diff": diff(paths, site_now, site_now),
+    }
+    assert paths["conf"].read_text() == site_now and not paths["record"].exists()
+
+
+def test_absent_removes_our_appended_line_even_reformatted(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key the site never had goes, also after someone put blanks around its `=`."""
+    run(args_for(paths), capsys)
+    paths["conf"].write_text(
+        APPLIED.replace("HealthCheckNodeState=ANY,CYCLE", "HealthCheckNodeState = ANY,CYCLE")
+    )
+    rc, _ = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0 and paths["conf"].read_text() == RESTORED
+
+
+def test_a_failed_slurm_conf_replace_on_absent_keeps_the_record(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record is the only way back to the site's values: an absent run that cannot replace
+    slurm.conf leaves it as it was, for the next try."""
+    run(args_for(paths), capsys)
+    replace = os.replace
+
+    def failing_for_conf(src: str, dst: str) -> None:
+        if dst == str(paths["conf"]):
+            raise OSError(5, "Input/output error")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_for_conf)
+    args = {**args_for(paths, state="absent"), "_ansible_no_log": True}
+    with patch_module_args(args), pytest.raises(OSError, match="Input/"):
+        keys_module.main()
+    assert paths["conf"].read_text() == APPLIED
+    assert paths["record"].read_text() == record_text(SITE_VALUES)
+    assert leftovers(paths["conf"].parent.parent) == []
+
+
+# --- _write_atomically: a temporary file next to the target, renamed over it.
+
+
+def test_write_atomically_renames_a_sibling_temporary_and_keeps_the_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "slurm.conf"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    renamed: list[tuple[str, str]] = []
+    replace = os.replace
+
+    def recording(src: str, dst: str) -> None:
+        renamed.append((src, dst))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", recording)
+    keys_module._write_atomically(str(target), "new\n", target.stat())
+    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o640
+    [(src, dst)] = renamed
+    assert dst == str(target) and os.path.dirname(src) == str(tmp_path)
+    assert os.path.basename(src).startswith(".dltune-")
+    assert leftovers(tmp_path) == []
+
+
+def test_write_atomically_creates_a_new_file_private(tmp_path: Path) -> None:
+    target = tmp_path / "record.json"
+    keys_module._write_atomically(str(target), "{}\n", None)
+    assert target.read_text() == "{}\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_write_atomically_keeps_special_mode_bits(tmp_path: Path) -> None:
+    target = tmp_path / "slurm.conf"
+    target.write_text("a\n")
+    target.chmod(0o2640)
+    keys_module._write_atomically(str(target), "b\n", target.stat())
+    assert stat.S_IMODE(target.stat().st_mode) == 0o2640
+
+
+def test_write_atomically_failure_keeps_the_target_and_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "slurm.conf"
+    target.write_text("old\n")
+
+    def failing(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="No space left"):
+        keys_module._write_atomically(str(target), "new\n", target.stat())
+    assert target.read_text() == "old\n" and leftovers(tmp_path) == []
+
+
+# --- the reader's edge
+
+
+def test_a_comment_holding_a_hash_is_cut_at_the_first_hash() -> None:
+    assert keys_module.assignments("HealthCheckInterval=60 # was #30\n") == {"healthcheckinterval": (0, "60")}

@@ -1,0 +1,605 @@
+"""Role slurm_tmpdir's Ansible module run for real, in-process (as Ansible's own unit tests run modules):
+its arguments go in through ansible.module_utils.testing.patch_module_args, main() prints its JSON
+result and exits, and every path points into tmp_path. What is checked is what a site sees: slurm.conf
+byte for byte with its mode and owner kept, hooks.json (the chained site hooks), the changed flags,
+the errors naming the argument, --check changing nothing, a rerun being a no-op and state=absent giving
+the site its hooks back. The module runs no command (no scontrol, no systemctl)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from tests.conftest import load_role_module
+from tests.real_corpus import Sample, samples
+
+conf_module = load_role_module("roles/slurm_tmpdir/library/slurm_tmpdir_conf.py")
+filters = load_role_module("roles/slurm_tmpdir/filter_plugins/slurm_tmpdir.py")
+
+OURS = {
+    "prolog": "/etc/slurm/dltune/prolog",
+    "epilog": "/etc/slurm/dltune/epilog",
+    "task_prolog": "/etc/slurm/dltune/task_prolog",
+}
+SITE_PROLOG = "/etc/slurm/site-prolog.sh"
+SITE = f"ClusterName=ci\nProlog={SITE_PROLOG}\nPrologFlags=Serial\nNodeName=n1 CPUs=2\n"
+APPLIED = (
+    "ClusterName=ci\n"
+    f"Prolog={OURS['prolog']}\n"
+    "PrologFlags=Serial,Alloc\n"
+    "NodeName=n1 CPUs=2\n"
+    f"Epilog={OURS['epilog']}\n"
+    f"TaskProlog={OURS['task_prolog']}\n"
+)
+# The rollback keeps the Alloc flag (the site may rely on it by now).
+RESTORED = SITE.replace("PrologFlags=Serial", "PrologFlags=Serial,Alloc")
+APPLY_NOTES = [
+    f"Prolog: {SITE_PROLOG} -> {OURS['prolog']}, chaining {SITE_PROLOG}",
+    f"Epilog: (none) -> {OURS['epilog']}",
+    f"TaskProlog: (none) -> {OURS['task_prolog']}",
+    "PrologFlags: Serial -> Serial,Alloc",
+]
+RESTORE_NOTES = [
+    f"Prolog: {OURS['prolog']} -> {SITE_PROLOG}",
+    f"Epilog: {OURS['epilog']} -> (none)",
+    f"TaskProlog: {OURS['task_prolog']} -> (none)",
+]
+# Not in sorted order, so that hooks.json shows its keys are sorted.
+SETTINGS = {"zone": "local", "base": "/local/scratch"}
+CONF_MODE = 0o640
+
+
+def run(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    """main() with these module arguments: (exit status, its JSON result without `invocation`)."""
+    capsys.readouterr()
+    # _ansible_no_log: no invocation line in the host's syslog/journal.
+    with patch_module_args({**args, "_ansible_no_log": True}), pytest.raises(SystemExit) as exited:
+        conf_module.main()
+    result = json.loads(capsys.readouterr().out)
+    result.pop("invocation")
+    return exited.value.code, result
+
+
+def hooks_json(settings: dict[str, Any], site_hooks: dict[str, str]) -> str:
+    return json.dumps({**settings, "site_hooks": site_hooks}, indent=2, sort_keys=True) + "\n"
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.rglob(".dltune-*"))
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> dict[str, Path]:
+    etc = tmp_path / "etc"
+    state = tmp_path / "state"
+    etc.mkdir()
+    state.mkdir()
+    conf = etc / "slurm.conf"
+    conf.write_text(SITE)
+    conf.chmod(CONF_MODE)
+    if os.geteuid() == 0:  # a root test run can show the owner kept
+        os.chown(conf, 1234, 1235)
+    return {"conf": conf, "hooks_config": state / "hooks.json"}
+
+
+def args_for(paths: dict[str, Path], **extra: Any) -> dict[str, Any]:
+    return {"conf": str(paths["conf"]), "hooks": OURS, "hooks_config": str(paths["hooks_config"]), **extra}
+
+
+def owner_and_mode(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
+
+
+def test_first_run_points_slurm_conf_at_our_hooks_and_records_the_site_hook(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf, hooks_config = paths["conf"], paths["hooks_config"]
+    before = owner_and_mode(conf)
+    rc, result = run(args_for(paths, settings=SETTINGS), capsys)
+    assert rc == 0
+    assert result == {
+        "changed": True,
+        "conf_changed": True,
+        "site_hooks": {"prolog": SITE_PROLOG},
+        "notes": APPLY_NOTES,
+        "diff": {"before": SITE, "after": APPLIED, "before_header": str(conf), "after_header": str(conf)},
+    }
+    assert conf.read_text() == APPLIED
+    assert owner_and_mode(conf) == before
+    assert hooks_config.read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG})
+    assert stat.S_IMODE(hooks_config.stat().st_mode) == 0o644  # our hooks run as SlurmdUser and read it
+    assert leftovers(conf.parent.parent) == []
+
+
+def test_a_rerun_is_a_no_op_that_keeps_the_recorded_site_hook(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf, hooks_config = paths["conf"], paths["hooks_config"]
+    run(args_for(paths, settings=SETTINGS), capsys)
+    inodes = conf.stat().st_ino, hooks_config.stat().st_ino
+    rc, result = run(args_for(paths, settings=SETTINGS), capsys)
+    assert rc == 0
+    assert result == {
+        "changed": False,
+        "conf_changed": False,
+        "site_hooks": {"prolog": SITE_PROLOG},
+        "notes": [],
+        "diff": {"before": APPLIED, "after": APPLIED, "before_header": str(conf), "after_header": str(conf)},
+    }
+    assert (conf.stat().st_ino, hooks_config.stat().st_ino) == inodes  # neither was rewritten
+    assert hooks_config.read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG})
+
+
+def test_defaults_manage_slurm_conf_with_no_settings(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Neither settings, manage_conf nor state given: present, slurm.conf managed, hooks.json holds
+    only the site hooks."""
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 0 and result["changed"] is True and result["conf_changed"] is True
+    assert paths["conf"].read_text() == APPLIED
+    assert paths["hooks_config"].read_text() == hooks_json({}, {"prolog": SITE_PROLOG})
+    rc, result = run(args_for(paths, state="present"), capsys)
+    assert rc == 0 and result["changed"] is False
+
+
+def test_the_documented_defaults_are_the_ones_applied(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The invocation Ansible reports (ansible-playbook -v) carries each option as the module used it."""
+    capsys.readouterr()
+    with patch_module_args({**args_for(paths), "_ansible_no_log": True}), pytest.raises(SystemExit):
+        conf_module.main()
+    invocation = json.loads(capsys.readouterr().out)["invocation"]
+    assert invocation == {
+        "module_args": {**args_for(paths), "settings": {}, "manage_conf": True, "state": "present"}
+    }
+
+
+def test_path_arguments_expand_variables(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """conf and hooks_config are of type path: `$VAR` and `~` are expanded as in any path argument."""
+    monkeypatch.setenv("DLTUNE_TEST_ETC", str(paths["conf"].parent))
+    monkeypatch.setenv("HOME", str(paths["hooks_config"].parent))
+    rc, result = run(
+        {"conf": "$DLTUNE_TEST_ETC/slurm.conf", "hooks": OURS, "hooks_config": "~/hooks.json"}, capsys
+    )
+    assert rc == 0 and result["diff"]["before_header"] == str(paths["conf"])
+    assert paths["conf"].read_text() == APPLIED
+    assert paths["hooks_config"].read_text() == hooks_json({}, {"prolog": SITE_PROLOG})
+
+
+def test_check_mode_reports_the_change_and_writes_nothing(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, result = run(args_for(paths, settings=SETTINGS, _ansible_check_mode=True), capsys)
+    assert rc == 0
+    assert result["changed"] is True and result["conf_changed"] is True
+    assert result["diff"]["after"] == APPLIED and result["notes"] == APPLY_NOTES
+    assert paths["conf"].read_text() == SITE
+    assert not paths["hooks_config"].exists()
+
+
+def test_only_settings_changed_rewrites_hooks_json_alone(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(args_for(paths, settings=SETTINGS), capsys)
+    conf_inode = paths["conf"].stat().st_ino
+    rc, result = run(args_for(paths, settings={"base": "/nvme"}), capsys)
+    assert rc == 0 and result["changed"] is True and result["conf_changed"] is False
+    assert paths["hooks_config"].read_text() == hooks_json({"base": "/nvme"}, {"prolog": SITE_PROLOG})
+    assert paths["conf"].stat().st_ino == conf_inode
+
+
+def test_only_slurm_conf_changed_when_the_site_dropped_the_alloc_flag(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(args_for(paths, settings=SETTINGS), capsys)
+    paths["conf"].write_text(APPLIED.replace("PrologFlags=Serial,Alloc\n", ""))
+    config_inode = paths["hooks_config"].stat().st_ino
+    rc, result = run(args_for(paths, settings=SETTINGS), capsys)
+    assert rc == 0 and result["changed"] is True and result["conf_changed"] is True
+    assert result["notes"] == ["PrologFlags: (none) -> Alloc"]
+    assert (
+        paths["conf"].read_text() == APPLIED.replace("PrologFlags=Serial,Alloc\n", "") + "PrologFlags=Alloc\n"
+    )
+    assert paths["hooks_config"].stat().st_ino == config_inode
+
+
+def test_configless_node_writes_hooks_json_and_leaves_slurm_conf_alone(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """manage_conf=false: slurm.conf (here present, as on a node whose copy is not the one in use) is
+    neither read nor written; hooks.json keeps what was recorded before."""
+    recorded = {"epilog": "/etc/slurm/site-epilog.sh"}
+    paths["hooks_config"].write_text(json.dumps({"site_hooks": recorded}))
+    rc, result = run(args_for(paths, settings=SETTINGS, manage_conf=False), capsys)
+    assert rc == 0
+    assert result == {
+        "changed": True,
+        "conf_changed": False,
+        "site_hooks": recorded,
+        "notes": [],
+        "diff": {
+            "before": "",
+            "after": "",
+            "before_header": str(paths["conf"]),
+            "after_header": str(paths["conf"]),
+        },
+    }
+    assert paths["conf"].read_text() == SITE
+    assert paths["hooks_config"].read_text() == hooks_json(SETTINGS, recorded)
+
+
+def test_configless_node_without_slurm_conf_or_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hooks_config = tmp_path / "hooks.json"
+    args = {"conf": str(tmp_path / "absent.conf"), "hooks": OURS, "hooks_config": str(hooks_config)}
+    rc, result = run({**args, "manage_conf": False}, capsys)
+    assert rc == 0 and result["changed"] is True and result["site_hooks"] == {}
+    assert hooks_config.read_text() == hooks_json({}, {})
+    assert not (tmp_path / "absent.conf").exists()
+
+
+def test_missing_slurm_conf_fails_naming_the_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "slurm.conf"
+    hooks_config = tmp_path / "hooks.json"
+    rc, result = run({"conf": str(conf), "hooks": OURS, "hooks_config": str(hooks_config)}, capsys)
+    assert rc == 1
+    assert result == {
+        "failed": True,
+        "msg": f"slurm_tmpdir_conf={conf} does not exist: is Slurm installed and configured here? "
+        "On a configless node set slurm_tmpdir_manage_conf: false.",
+    }
+    assert not hooks_config.exists() and not conf.exists()
+
+
+def test_a_list_prolog_fails_and_nothing_is_written(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    listed = SITE.replace(f"Prolog={SITE_PROLOG}", "Prolog=/etc/slurm/a.sh,/etc/slurm/b.sh")
+    paths["conf"].write_text(listed)
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 1
+    assert result == {
+        "failed": True,
+        "msg": f"Prolog=/etc/slurm/a.sh,/etc/slurm/b.sh is a list or a glob: add {OURS['prolog']} to it "
+        "yourself and set slurm_tmpdir_manage_conf: false, or make Prolog a single program",
+    }
+    assert paths["conf"].read_text() == listed and not paths["hooks_config"].exists()
+
+
+def test_hooks_json_that_is_not_json_fails_naming_the_file(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths["hooks_config"].write_text("{site_hooks")
+    try:
+        json.loads("{site_hooks")
+    except ValueError as exc:
+        reason = str(exc)
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 1
+    assert result == {
+        "failed": True,
+        "msg": f"{paths['hooks_config']} is not JSON ({reason}): fix or remove it",
+    }
+    assert paths["conf"].read_text() == SITE and paths["hooks_config"].read_text() == "{site_hooks"
+
+
+def test_hooks_json_without_site_hooks_records_them_now(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths["hooks_config"].write_text('{"base": "/old"}\n')
+    rc, result = run(args_for(paths, settings=SETTINGS), capsys)
+    assert rc == 0 and result["site_hooks"] == {"prolog": SITE_PROLOG}
+    assert paths["hooks_config"].read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG})
+
+
+@pytest.mark.parametrize("missing", ["conf", "hooks", "hooks_config"])
+def test_required_arguments(paths: dict[str, Path], capsys: pytest.CaptureFixture[str], missing: str) -> None:
+    args = args_for(paths)
+    del args[missing]
+    rc, result = run(args, capsys)
+    assert rc == 1 and result == {"failed": True, "msg": f"missing required arguments: {missing}"}
+    assert paths["conf"].read_text() == SITE and not paths["hooks_config"].exists()
+
+
+def test_state_takes_present_or_absent_only(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, result = run(args_for(paths, state="removed"), capsys)
+    assert rc == 1
+    assert result == {"failed": True, "msg": "value of state must be one of: present, absent, got: removed"}
+    assert paths["conf"].read_text() == SITE
+
+
+def test_manage_conf_is_a_boolean(paths: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """`manage_conf: "no"` (a string, as from an inventory) means false."""
+    rc, result = run(args_for(paths, manage_conf="no"), capsys)
+    assert rc == 0 and result["conf_changed"] is False
+    assert paths["conf"].read_text() == SITE
+
+
+def test_absent_gives_the_site_its_hooks_back_and_removes_hooks_json(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf, hooks_config = paths["conf"], paths["hooks_config"]
+    run(args_for(paths, settings=SETTINGS), capsys)
+    before = owner_and_mode(conf)
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0
+    assert result == {
+        "changed": True,
+        "conf_changed": True,
+        "site_hooks": {"prolog": SITE_PROLOG},
+        "notes": RESTORE_NOTES,
+        "diff": {"before": APPLIED, "after": RESTORED, "before_header": str(conf), "after_header": str(conf)},
+    }
+    assert conf.read_text() == RESTORED and owner_and_mode(conf) == before
+    assert not hooks_config.exists()
+    assert leftovers(conf.parent.parent) == []
+    # Again: nothing left to undo.
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0 and result["changed"] is False and result["conf_changed"] is False
+    assert result["notes"] == [] and result["site_hooks"] == {}
+    assert conf.read_text() == RESTORED
+
+
+def test_absent_in_check_mode_changes_nothing(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(args_for(paths, settings=SETTINGS), capsys)
+    rc, result = run(args_for(paths, state="absent", _ansible_check_mode=True), capsys)
+    assert rc == 0 and result["changed"] is True and result["diff"]["after"] == RESTORED
+    assert paths["conf"].read_text() == APPLIED
+    assert paths["hooks_config"].read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG})
+
+
+def test_absent_restores_every_hook_of_ours_even_after_one_the_site_changed(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The site replaced our Prolog since: it stays, and our Epilog/TaskProlog after it still go."""
+    run(args_for(paths), capsys)
+    edited = APPLIED.replace(f"Prolog={OURS['prolog']}", "Prolog=/etc/slurm/new-site-prolog.sh")
+    paths["conf"].write_text(edited)
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0
+    assert paths["conf"].read_text() == (
+        "ClusterName=ci\nProlog=/etc/slurm/new-site-prolog.sh\nPrologFlags=Serial,Alloc\nNodeName=n1 CPUs=2\n"
+    )
+    assert result["notes"] == RESTORE_NOTES[1:]
+
+
+def test_absent_on_a_configless_node_removes_only_hooks_json(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(args_for(paths, settings=SETTINGS), capsys)
+    rc, result = run(args_for(paths, state="absent", manage_conf=False), capsys)
+    assert rc == 0
+    assert result == {
+        "changed": True,
+        "conf_changed": False,
+        "site_hooks": {"prolog": SITE_PROLOG},
+        "notes": [],
+        "diff": {
+            "before": "",
+            "after": "",
+            "before_header": str(paths["conf"]),
+            "after_header": str(paths["conf"]),
+        },
+    }
+    assert paths["conf"].read_text() == APPLIED and not paths["hooks_config"].exists()
+
+
+def test_absent_without_slurm_conf_removes_hooks_json(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths["hooks_config"].write_text(hooks_json({}, {}))
+    paths["conf"].unlink()
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0 and result["changed"] is True and result["conf_changed"] is False
+    assert not paths["hooks_config"].exists() and not paths["conf"].exists()
+
+
+def test_absent_with_only_slurm_conf_left_to_undo(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """hooks.json already gone (removed by hand): slurm.conf still loses our hooks."""
+    run(args_for(paths), capsys)
+    paths["hooks_config"].unlink()
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0 and result["changed"] is True and result["conf_changed"] is True
+    assert paths["conf"].read_text() == "ClusterName=ci\nPrologFlags=Serial,Alloc\nNodeName=n1 CPUs=2\n"
+    assert result["notes"] == [f"{key}: {OURS[hook]} -> (none)" for hook, key in conf_module.KEYS.items()]
+
+
+def test_a_failed_slurm_conf_replace_leaves_it_whole_and_no_temporary(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hooks.json is written first (a slurm.conf naming our hooks must find the site hooks), so a
+    failure replacing slurm.conf leaves the old slurm.conf and the site hooks recorded."""
+    replace = os.replace
+
+    def failing_for_conf(src: str, dst: str) -> None:
+        if dst == str(paths["conf"]):
+            raise OSError(5, "Input/output error")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_for_conf)
+    with (
+        patch_module_args({**args_for(paths), "_ansible_no_log": True}),
+        pytest.raises(OSError, match="Input/"),
+    ):
+        conf_module.main()
+    assert paths["conf"].read_text() == SITE
+    assert paths["hooks_config"].read_text() == hooks_json({}, {"prolog": SITE_PROLOG})
+    assert leftovers(paths["conf"].parent.parent) == []
+
+
+@pytest.mark.parametrize("sample", samples("slurm_conf"), ids=str)
+def test_real_slurm_conf_round_trip(
+    sample: Sample, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each real slurm.conf: present, a no-op rerun, then absent puts back every line but PrologFlags
+    (which may have gained Alloc); or, for a list/glob hook, a failure that writes nothing."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(sample.body)
+    args = {"conf": str(conf), "hooks": OURS, "hooks_config": str(tmp_path / "hooks.json")}
+    rc, result = run(args, capsys)
+    if rc == 1:
+        assert "is a list or a glob" in result["msg"] and conf.read_text() == sample.body
+        return
+    applied = conf.read_text()
+    assert {
+        k: v for k, (_i, v) in conf_module.parse(applied).items() if k in ("prolog", "epilog", "taskprolog")
+    } == {
+        "prolog": OURS["prolog"],
+        "epilog": OURS["epilog"],
+        "taskprolog": OURS["task_prolog"],
+    }
+    assert run(args, capsys)[1]["changed"] is False
+    rc, result = run({**args, "state": "absent"}, capsys)
+    assert rc == 0
+    restored = conf.read_text().splitlines()
+    original = sample.body.splitlines()
+    without_flags = [line for line in original if not line.lower().startswith("prologflags=")]
+    assert [line for line in restored if not line.lower().startswith("prologflags=")] == without_flags
+
+
+# --- _write_atomically: a temporary file next to the target, renamed over it.
+
+
+def test_write_atomically_renames_a_sibling_temporary_and_keeps_the_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "slurm.conf"
+    target.write_text("old\n")
+    target.chmod(0o600)
+    renamed: list[tuple[str, str]] = []
+    replace = os.replace
+
+    def recording(src: str, dst: str) -> None:
+        renamed.append((src, dst))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", recording)
+    conf_module._write_atomically(str(target), "new\n", target.stat())
+    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    [(src, dst)] = renamed
+    assert dst == str(target) and os.path.dirname(src) == str(tmp_path)
+    assert os.path.basename(src).startswith(".dltune-")
+    assert leftovers(tmp_path) == []
+
+
+def test_write_atomically_creates_a_new_file_world_readable(tmp_path: Path) -> None:
+    target = tmp_path / "hooks.json"
+    conf_module._write_atomically(str(target), "{}\n", None)
+    assert target.read_text() == "{}\n" and stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_write_atomically_keeps_special_mode_bits(tmp_path: Path) -> None:
+    target = tmp_path / "prolog"
+    target.write_text("#!/bin/sh\n")
+    target.chmod(0o1750)
+    conf_module._write_atomically(str(target), "#!/bin/sh\nexit 0\n", target.stat())
+    assert stat.S_IMODE(target.stat().st_mode) == 0o1750
+
+
+def test_write_atomically_failure_keeps_the_target_and_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "slurm.conf"
+    target.write_text("old\n")
+
+    def failing(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="No space left"):
+        conf_module._write_atomically(str(target), "new\n", target.stat())
+    assert target.read_text() == "old\n" and leftovers(tmp_path) == []
+
+
+# --- the planner's edges that the module tests above do not reach
+
+
+def test_no_prolog_flags_gets_alloc() -> None:
+    text, site, notes = conf_module.plan("ClusterName=ci\n", OURS, {})
+    assert text.splitlines()[-1] == "PrologFlags=Alloc"
+    assert notes[-1] == "PrologFlags: (none) -> Alloc" and site == {}
+
+
+def test_empty_items_of_prolog_flags_are_dropped() -> None:
+    text, _, notes = conf_module.plan("PrologFlags=Serial,\n", OURS, {})
+    assert conf_module.parse(text)["prologflags"][1] == "Serial,Alloc"
+    assert notes[-1] == "PrologFlags: Serial, -> Serial,Alloc"
+
+
+def test_a_site_hook_with_capitals_is_chained() -> None:
+    text, site, notes = conf_module.plan("Prolog=/opt/X11/prolog\n", OURS, {})
+    assert conf_module.parse(text)["prolog"][1] == OURS["prolog"]
+    assert site == {"prolog": "/opt/X11/prolog"}
+    assert notes[0] == f"Prolog: /opt/X11/prolog -> {OURS['prolog']}, chaining /opt/X11/prolog"
+
+
+def test_a_comment_holding_a_hash_is_cut_at_the_first_hash() -> None:
+    assert conf_module.parse("Prolog=/etc/slurm/p.sh # see #12\n") == {"prolog": (0, "/etc/slurm/p.sh")}
+
+
+def test_assign_replaces_a_line_it_appended() -> None:
+    """A key appended once is found at its new line: assigning it again replaces that line."""
+    found: dict[str, tuple[int, str]] = {}
+    lines = conf_module._assign(["ClusterName=ci", "NodeName=n1"], found, "Epilog", "/a")
+    lines = conf_module._assign(lines, found, "Epilog", "/b")
+    assert lines == ["ClusterName=ci", "NodeName=n1", "Epilog=/b"]
+    assert found == {"epilog": (2, "/a")}
+
+
+# --- filter slurm_tmpdir_fstype_of
+
+
+def test_the_filter_is_registered_under_its_name() -> None:
+    assert filters.FilterModule().filters() == {"slurm_tmpdir_fstype_of": filters.fstype_of}
+
+
+def test_fstype_of_skips_short_lines_and_reads_the_rest() -> None:
+    mountinfo = (
+        "7 1 8:1 / - tmpfs tmpfs rw\n"  # fewer than five fields before the separator: skipped
+        "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+        "40 22 0:50 / /scratch - nfs4 10.0.0.5:/export rw\n"  # exactly five: read
+    )
+    assert filters.fstype_of("/scratch/job", mountinfo) == "nfs4"
+    assert filters.fstype_of("/tmp", mountinfo) == "ext4"
+
+
+def test_fstype_of_a_mount_point_ending_in_a_capital() -> None:
+    mountinfo = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:50 / /dataX rw - xfs /dev/sdb rw\n"
+    assert filters.fstype_of("/data/job", mountinfo) == "ext4"
+    assert filters.fstype_of("/dataX/job", mountinfo) == "xfs"
+
+
+@pytest.mark.parametrize("record", ["[]\n", '"text"\n', '{"site_hooks": "x"}\n', '{"site_hooks": [1]}\n'])
+def test_a_record_that_is_json_but_not_this_roles_is_one_message_and_nothing_changes(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str], record: str
+) -> None:
+    """Valid JSON of another shape ended in a traceback (AttributeError, or dict() of a string)."""
+    paths["hooks_config"].parent.mkdir(parents=True, exist_ok=True)
+    paths["hooks_config"].write_text(record)
+    before = paths["conf"].read_text()
+    status, result = run(args_for(paths), capsys)
+    assert status == 1 and result["failed"]
+    assert result["msg"] == (
+        f"{paths['hooks_config']} is not this role's record (an object with site_hooks): fix or remove it"
+    )
+    assert paths["conf"].read_text() == before and paths["hooks_config"].read_text() == record
