@@ -284,3 +284,14 @@ def test_noatime_added_to_a_short_line_of_a_crlf_fstab_goes_before_the_carriage_
     assert [(e.fstype, e.options) for e in parse_fstab(new).entries if e.mount_point == "/s"] == [
         ("tmpfs", ("noatime",))
     ]
+
+
+def test_composition_and_entries_at_their_edges() -> None:
+    """A disk without a device is composed with an empty one (the path check refuses it next); a plan
+    that never saw the disk mounted says so; plans and disks must pair one to one."""
+    assert compose([{"mount_point": "/data"}])[0]["device"] == ""
+    disks = compose([{"device": "/dev/sdb", "mount_point": "/data"}])
+    [entry] = filters.data_disks_entries(disks, [{"device": "/dev/sdb", "uuid": "1111"}], {})
+    assert entry["mounted_here"] is False and entry["move_from"] is None
+    with pytest.raises(ValueError):
+        filters.data_disks_entries(disks + disks, [{"device": "/dev/sdb", "uuid": "1111"}], {})

@@ -277,3 +277,13 @@ def test_no_gpu_found_fails_where_the_pci_bus_shows_a_gpu_and_only_warns_beside_
     adapter = PciDevice("0000:5e:00.0", "hca", "0x15b3", "0x020700")
     assert (judged(gpu).status, judged(gpu).critical) == (Status.FAIL, True)
     assert judged(adapter).status is Status.WARN and judged().status is Status.WARN
+
+
+def test_no_gpu_found_fails_where_nvml_answers_for_a_gpu() -> None:
+    from dltune.checks.gpu import xid
+    from dltune.probes.packages import kernel_log_of
+
+    snap = Snapshot(root="/", kernel_log=kernel_log_of("NVRM: No NVIDIA GPU found.\n"),
+                    nvml=NvmlState(True, gpus=(Gpu(index=0),)))  # fmt: skip
+    (result,) = xid(snap)
+    assert (result.status, result.critical) == (Status.FAIL, True)

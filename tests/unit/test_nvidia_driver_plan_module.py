@@ -1081,3 +1081,7 @@ def test_an_upgrade_in_the_simulation_gives_the_version_apt_would_install_not_th
     )
     assert plan.simulated_version("Inst nvidia-utils-580-server [1.0]", "nvidia-utils-580-server") is None
     assert plan.simulated_version(fresh, "nvidia-utils-570-server") is None
+
+
+def test_a_three_word_inst_line_still_names_its_version() -> None:
+    assert plan.simulated_version("Inst nvidia-utils-580 (580.1", "nvidia-utils-580") == "580.1"
