@@ -381,60 +381,6 @@ def test_a_failed_slurm_conf_replace_on_absent_keeps_the_record(
     assert leftovers(paths["conf"].parent.parent) == []
 
 
-# --- _write_atomically: a temporary file next to the target, renamed over it.
-
-
-def test_write_atomically_renames_a_sibling_temporary_and_keeps_the_mode(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    target = tmp_path / "slurm.conf"
-    target.write_text("old\n")
-    target.chmod(0o640)
-    renamed: list[tuple[str, str]] = []
-    replace = os.replace
-
-    def recording(src: str, dst: str) -> None:
-        renamed.append((src, dst))
-        replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", recording)
-    keys_module._write_atomically(str(target), "new\n", target.stat())
-    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o640
-    [(src, dst)] = renamed
-    assert dst == str(target) and os.path.dirname(src) == str(tmp_path)
-    assert os.path.basename(src).startswith(".dltune-")
-    assert leftovers(tmp_path) == []
-
-
-def test_write_atomically_creates_a_new_file_private(tmp_path: Path) -> None:
-    target = tmp_path / "record.json"
-    keys_module._write_atomically(str(target), "{}\n", None)
-    assert target.read_text() == "{}\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
-
-
-def test_write_atomically_keeps_special_mode_bits(tmp_path: Path) -> None:
-    target = tmp_path / "slurm.conf"
-    target.write_text("a\n")
-    target.chmod(0o2640)
-    keys_module._write_atomically(str(target), "b\n", target.stat())
-    assert stat.S_IMODE(target.stat().st_mode) == 0o2640
-
-
-def test_write_atomically_failure_keeps_the_target_and_leaves_no_temporary(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    target = tmp_path / "slurm.conf"
-    target.write_text("old\n")
-
-    def failing(src: str, dst: str) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, "replace", failing)
-    with pytest.raises(OSError, match="No space left"):
-        keys_module._write_atomically(str(target), "new\n", target.stat())
-    assert target.read_text() == "old\n" and leftovers(tmp_path) == []
-
-
 # --- the reader's edge
 
 

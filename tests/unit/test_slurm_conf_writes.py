@@ -1,0 +1,84 @@
+"""How both Slurm config modules (slurm_tmpdir_conf, slurm_conf_keys) replace a file: a temporary
+sibling renamed over it, its mode kept, nothing left behind on failure. Each module carries its own
+_write_atomically (an Ansible module cannot import another role's); they differ only in the mode of a
+file they create, so both are held to the same table here."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import load_role_module
+
+TMPDIR_CONF = load_role_module("roles/slurm_tmpdir/library/slurm_tmpdir_conf.py")
+CONF_KEYS = load_role_module("roles/slurm_healthcheck/library/slurm_conf_keys.py")
+# A new file: hooks.json is read by the hooks as SlurmdUser; the keys record is root's alone.
+MODULES = [
+    pytest.param(TMPDIR_CONF, 0o644, id="slurm_tmpdir_conf"),
+    pytest.param(CONF_KEYS, 0o600, id="slurm_conf_keys"),
+]
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.rglob(".dltune-*"))
+
+
+@pytest.mark.parametrize(("module", "new_mode"), MODULES)
+@pytest.mark.parametrize("mode", [0o640, 0o600])
+def test_a_sibling_temporary_is_renamed_over_the_file_keeping_its_mode(
+    module: ModuleType, new_mode: int, mode: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "slurm.conf"
+    target.write_text("old\n")
+    target.chmod(mode)
+    renamed: list[tuple[str, str]] = []
+    replace = os.replace
+
+    def recording(src: str, dst: str) -> None:
+        renamed.append((src, dst))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", recording)
+    module._write_atomically(str(target), "new\n", target.stat())
+    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == mode
+    [(src, dst)] = renamed
+    assert dst == str(target) and os.path.dirname(src) == str(tmp_path)
+    assert os.path.basename(src).startswith(".dltune-")
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(("module", "new_mode"), MODULES)
+def test_a_new_file_gets_the_modules_own_mode(module: ModuleType, new_mode: int, tmp_path: Path) -> None:
+    target = tmp_path / "record.json"
+    module._write_atomically(str(target), "{}\n", None)
+    assert target.read_text() == "{}\n" and stat.S_IMODE(target.stat().st_mode) == new_mode
+
+
+@pytest.mark.parametrize(("module", "new_mode"), MODULES)
+@pytest.mark.parametrize("special", [0o2640, 0o1750])
+def test_special_mode_bits_are_kept(module: ModuleType, new_mode: int, special: int, tmp_path: Path) -> None:
+    target = tmp_path / "prolog"
+    target.write_text("#!/bin/sh\n")
+    target.chmod(special)
+    module._write_atomically(str(target), "#!/bin/sh\nexit 0\n", target.stat())
+    assert stat.S_IMODE(target.stat().st_mode) == special
+
+
+@pytest.mark.parametrize(("module", "new_mode"), MODULES)
+def test_a_failed_rename_keeps_the_file_and_leaves_no_temporary(
+    module: ModuleType, new_mode: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "slurm.conf"
+    target.write_text("old\n")
+
+    def failing(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="No space left"):
+        module._write_atomically(str(target), "new\n", target.stat())
+    assert target.read_text() == "old\n" and leftovers(tmp_path) == []
