@@ -1,16 +1,20 @@
 # Two commands for a fresh machine (run as root: the lab starts a Docker engine):
 #   make demo   the lab (3 nodes, the NFS VM), site.yml, each node's audit and bench (and one over Slurm), the report
-#   make test   everything CI runs: venv, lab, linters, staging and input tests on Python 3.10, pytest, every molecule scenario, lab down
-#   make test-slow   nfs_multivip tier 3 (reboots of a systemd VM under QEMU/TCG, ~25 min), root
+#   make test   everything CI runs: venv, lab, linters, staging and input tests on Python 3.10, pytest, each role's molecule scenario, lab down
+#   make test-slow   molecule default (the whole site, ~12 min) and nfs_multivip tier 3 (reboots of a systemd VM under QEMU/TCG, ~25 min), root
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+# make test runs every role's scenario; `default` (the whole site on a 22.04 Slurm node and a 24.04
+# node: 12 minutes) runs in make test-slow: the lab runs the same site twice from the installed
+# collection (tests/integration/test_site_lab.py) and each role's own scenario has its check mode.
+SLOW_SCENARIOS := default
+SCENARIOS := $(filter-out $(SLOW_SCENARIOS),$(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))))
 
-.PHONY: help venv lab lab-down images wheelhouse lint unit py310 browser pytest test-slow fuzz mutation molecule test demo bench clean
+.PHONY: help venv lab lab-down images wheelhouse collection lint unit py310 browser pytest test-slow fuzz mutation molecule test demo bench clean
 
 help:
 	@grep -E '^#' Makefile | head -4
@@ -31,8 +35,15 @@ lab-down:
 images:
 	bash tests/lab/images.sh
 
-wheelhouse: venv
+# Needs only python3 with pip (no dev venv): dltune's wheel and its runtime deps for x86_64 and aarch64.
+wheelhouse:
 	bash tests/lab/wheelhouse.sh
+
+# The Ansible collection dltune.cluster (galaxy.yml) with the wheelhouse inside (roles/dltune/files/), so
+# an installed collection installs dltune on the nodes with no checkout: build/dltune-cluster-*.tar.gz.
+collection:
+	DLTUNE_WHEELHOUSE=$(CURDIR)/roles/dltune/files/wheelhouse bash tests/lab/wheelhouse.sh
+	ansible-galaxy collection build --force --output-path build .
 
 lint: venv
 	ruff check .
@@ -74,8 +85,10 @@ pytest: venv browser
 	# torch's dynamo refuses at import.
 	DLTUNE_LAB_REQUIRED=1 pytest tests/integration/test_bench_cpu.py tests/unit/test_bench_gpu_path.py
 
-# Tier 3 of nfs_multivip (QEMU under TCG, reboots): root, no Docker needed.
+# Molecule default (needs `make lab`'s Docker engine and images) and tier 3 of nfs_multivip (QEMU
+# under TCG, reboots: root, no Docker needed).
 test-slow: venv
+	@for s in $(SLOW_SCENARIOS); do molecule test -s $$s || exit 1; done
 	DLTUNE_LAB_REQUIRED=1 pytest -m slow
 
 # The parser and report fuzz tests with ten times the examples of make test (about 20 minutes).
@@ -84,12 +97,16 @@ fuzz: venv
 	  tests/unit/test_cluster_report.py::test_no_node_file_crashes_the_report
 
 # One scenario at a time: the loop-device scenarios must never overlap. All run; any failure fails.
+# Each scenario's output also goes to build/logs/molecule-<scenario>.log (tests/run_all.sh ends with
+# the failing lines of each failed one, so that the end of a CI log says why).
 molecule: venv
-	@failed=""; for s in $(SCENARIOS); do \
+	@mkdir -p build/logs; failed=""; for s in $(SCENARIOS); do \
 	  start=$$(date +%s); \
-	  molecule test -s $$s || failed="$$failed $$s"; \
+	  molecule test -s $$s 2>&1 | tee build/logs/molecule-$$s.log; \
+	  [ "$${PIPESTATUS[0]}" -eq 0 ] || failed="$$failed $$s"; \
 	  echo "[time] molecule $$s: $$(( $$(date +%s) - start ))s"; \
 	done; \
+	echo "$$failed" > build/logs/molecule-failed; \
 	if [ -n "$$failed" ]; then echo "molecule scenarios failed:$$failed"; exit 1; fi
 
 test:
@@ -101,8 +118,8 @@ demo: lab
 	@for node in $$(docker ps --filter label=org.dltune.lab=node --format '{{.Names}}' | sort); do \
 	  docker exec $$node runuser -u nobody -- dltune audit || true; \
 	done
-	ansible-playbook playbooks/bench.yml -i inventory -e dltune_bench_multinode=true
-	ansible-playbook playbooks/audit.yml -i inventory
+	ansible-playbook playbooks/bench.yml -i inventory -e dltune_bench_multinode=true -e dltune_report_dir=$(CURDIR)/build/report
+	ansible-playbook playbooks/audit.yml -i inventory -e dltune_report_dir=$(CURDIR)/build/report
 
 # Mutation testing of the decision modules ([tool.mutmut] in pyproject.toml): mutmut, then the score
 # and every survivor not explained in tests/mutation_equivalent.txt. Incremental: mutants/ keeps results.

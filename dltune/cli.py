@@ -38,7 +38,8 @@ _settings = {"debug": False}
 app = typer.Typer(
     help="Audit and benchmark a deep-learning training node.",
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion for bash, zsh and fish (typer's, through shellingham).
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 for command in (audit, check, healthcheck, remedy, stage, bench, report):
@@ -46,11 +47,23 @@ for command in (audit, check, healthcheck, remedy, stage, bench, report):
 app.command("stage-node", hidden=True)(stage_node)
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"dltune {dltune.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _global_options(
     debug: Annotated[
         bool,
         typer.Option("--debug", help=f"Print the traceback of an internal error (or set {DEBUG_ENV}=1)."),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print dltune's version and exit.", callback=_print_version, is_eager=True
+        ),
     ] = False,
 ) -> None:
     _settings["debug"] = _settings["debug"] or debug

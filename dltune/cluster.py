@@ -188,6 +188,20 @@ def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:
                     {"dependency": dependency, "nodes": hosts, "checks": checks}
                     for dependency, hosts, checks in shared_failures(nodes)
                 ],
+                "behind_fleet": [
+                    {
+                        "host": b.host,
+                        "device": b.device,
+                        "gpu": b.gpu,
+                        "figure": b.figure,
+                        "unit": b.unit,
+                        "value": round(b.value, 3),
+                        "fleet_median": round(b.median, 3),
+                        "behind": round(b.behind, 4),
+                        "nodes": b.nodes,
+                    }
+                    for b in behind_the_fleet(nodes)
+                ],
             },
             indent=2,
             allow_nan=False,  # node files with NaN or Infinity are invalid nodes: none can be here
@@ -222,6 +236,10 @@ def _finding_text(r: dict[str, Any]) -> str:
 
 
 SHOWN_FINDINGS = 3
+# Above this many nodes with findings, the summary opens with the findings rolled up by check (one
+# cause on many nodes reads as one line) and the node table stops at MAX_NODE_ROWS unless --all.
+ROLLUP_ABOVE = 10
+MAX_NODE_ROWS = 40
 
 
 def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool = False) -> None:
@@ -237,11 +255,12 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
     clean: list[str] = []
     for node in sorted(nodes, key=node_rank):
         if node.problem:
+            # The kind in capitals (it is no status); the reason as given: paths keep their case.
             table.add_row(
                 Text(node.host),
                 Text(node.problem.split(":", 1)[0].upper(), style="bold red"),
                 Text(""),
-                Text(node.problem.upper()),
+                Text(node.problem),
             )
             continue
         status = worst(r["status"] for r in node.results) or "skip"
@@ -264,15 +283,65 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
             Text(", ".join(f"{area} {st}" for area, st in areas.items())),
             Text("; ".join(texts)),
         )
+    with_findings = table.row_count
+    if with_findings > ROLLUP_ABOVE:
+        _print_rollup(nodes, console)
+    if with_findings > MAX_NODE_ROWS and not show_all:
+        table = _first_rows(table, MAX_NODE_ROWS)
     if table.row_count:
         console.print(table)
     else:
         console.print(Text(title))
+    if with_findings > table.row_count:
+        more = with_findings - table.row_count
+        console.print(Text(f"+{more} more node(s) with findings: `dltune report --all` lists them"))
     _print_fleet_notes(nodes, console)
     if clean:
         console.print(
             Text(f"{len(clean)} node(s) with no finding: {_listed(clean)} (`dltune report --all` lists them)")
         )
+
+
+def rollup(nodes: Sequence[NodeReport]) -> list[tuple[str, str, list[str]]]:
+    """(check, status, hosts) for every finding, the most widespread first: "gpu.ecc fail on 30 nodes"."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for node in nodes:
+        for r in node.results:
+            if r["status"] in ("fail", "error", "warn"):
+                found.setdefault((r["id"], r["status"]), set()).add(node.host)
+    ordered = sorted(found.items(), key=lambda item: (-len(item[1]), status_rank(item[0][1]), item[0][0]))
+    return [(check, status, sorted(hosts)) for (check, status), hosts in ordered]
+
+
+def _print_rollup(nodes: Sequence[NodeReport], console: Console, shown: int = 10) -> None:
+    lines = rollup(nodes)
+    console.print(Text("findings by check (nodes):", style="bold"))
+    for check, status, hosts in lines[:shown]:
+        console.print(
+            Text(
+                f"  {check} {status} on {len(hosts)} node(s): {_listed(hosts, 5)}",
+                style=STATUS_STYLE[Status(status)],
+            )
+        )
+    if len(lines) > shown:
+        console.print(Text(f"  +{len(lines) - shown} more check(s) with findings"))
+
+
+def _first_rows(table: Table, rows: int) -> Table:
+    """The same table with its first ``rows`` rows only."""
+    cut = Table(title=table.title, title_justify="left")
+    for column in table.columns:
+        cut.add_column(
+            column.header,
+            no_wrap=column.no_wrap,
+            overflow=column.overflow,
+            max_width=column.max_width,
+            ratio=column.ratio,
+        )
+    cells = [list(column.cells) for column in table.columns]
+    for index in range(min(rows, table.row_count)):
+        cut.add_row(*(column[index] for column in cells))
+    return cut
 
 
 def _print_fleet_notes(nodes: Sequence[NodeReport], console: Console) -> None:
@@ -289,6 +358,12 @@ def _print_fleet_notes(nodes: Sequence[NodeReport], console: Console) -> None:
         console.print(
             Text(f"firmware differs from the cluster's on {host}: {'; '.join(what)}", style="yellow")
         )
+    laggards = behind_the_fleet(nodes)
+    for laggard in laggards[:SHOWN_BEHIND]:
+        console.print(Text(f"behind the fleet: {laggard.said()}", style="yellow"))
+    if len(laggards) > SHOWN_BEHIND:
+        more = len(laggards) - SHOWN_BEHIND
+        console.print(Text(f"+{more} more GPU figure(s) behind the fleet (report.html)"))
 
 
 def shared_failures(nodes: Sequence[NodeReport]) -> list[tuple[str, list[str], list[str]]]:
@@ -310,6 +385,7 @@ def _listed(hosts: Sequence[str], shown: int = 10) -> str:
     return ", ".join(hosts[:shown]) + (f", ... ({len(hosts) - shown} more)" if len(hosts) > shown else "")
 
 
+SHOWN_BEHIND = 10
 SAME_FIRMWARE = "one VBIOS and InfoROM image per GPU model across the nodes (or none reported)"
 
 
@@ -343,27 +419,157 @@ def firmware_outliers(nodes: Sequence[NodeReport]) -> dict[str, list[str]]:
     return odd
 
 
+# Behind the fleet: a GPU's bench figure more than this fraction below the median of the same figure
+# over every GPU of its model in the report. gpu-fryer flags a GPU 10% behind its node's best,
+# SuperBench 5% below a baseline; two healthy H200 machines measured 3% apart on the same bf16 burst
+# (tests/fixtures/real/bench/), so 10% stays clear of that spread. Only figures a GPU sets alone are
+# compared: the matmul burst, the device copy, the pinned host copies (training throughput also holds
+# the host's CPUs and data path: two healthy H200 machines were 40% apart).
+FLEET_BEHIND = 0.10
+# A median of fewer nodes names no one: with two, "behind" cannot say which of them is slow.
+FLEET_MIN_NODES = 3
+FLEET_NONE = (
+    f"no GPU more than {FLEET_BEHIND:.0%} below its model's median bench figure "
+    f"(compared where at least {FLEET_MIN_NODES} nodes have the model)"
+)
+_FLEET_FIGURES = {"bench.matmul": ("tflops", "TFLOPS"), "bench.memory": ("gb_s", "GB/s"),
+                  "bench.host_transfer": ("gb_s", "GB/s")}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BehindFleet:
+    """One GPU's figure far below its fleet's median for the same GPU model and figure."""
+
+    host: str
+    device: str  # "cuda:3"
+    gpu: str  # the GPU's model name, as the bench read it
+    figure: str  # "matmul bf16", "memory device copy", "host_transfer h2d pinned"
+    unit: str
+    value: float
+    median: float
+    nodes: int  # nodes with this GPU model and figure
+
+    @property
+    def behind(self) -> float:
+        return 1.0 - self.value / self.median
+
+    def said(self) -> str:
+        return (
+            f"{self.host} {self.device} {self.figure}: {_figure(self.value)} {self.unit}, "
+            f"{self.behind:.0%} below the median {_figure(self.median)} of {self.gpu} on {self.nodes} nodes"
+        )
+
+
+def _fleet_samples(nodes: Sequence[NodeReport]) -> dict[tuple[str, str, str], list[tuple[str, str, float]]]:
+    """(gpu model, figure, unit) -> [(host, device, value)] from every node's bench results."""
+    samples: dict[tuple[str, str, str], list[tuple[str, str, float]]] = {}
+    for node in nodes:
+        if node.problem or node.stale:
+            continue
+        for r in node.results:
+            metric = _FLEET_FIGURES.get(r.get("id", ""))
+            evidence = r.get("evidence") or {}
+            subject = str(r.get("subject") or "")
+            if metric is None or r.get("status") not in ("pass", "warn", "fail") or ":" not in subject:
+                continue
+            value = (r.get("metrics") or {}).get(metric[0])
+            gpu = evidence.get("name") if isinstance(evidence, dict) else None
+            device, _, what = subject.rpartition(":")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                continue
+            if not device.startswith("cuda") or not isinstance(gpu, str):
+                continue
+            if r["id"] == "bench.host_transfer" and not what.endswith("pinned"):
+                continue  # pageable copies measure the host's memory and its load, not the GPU's link
+            figure = f"{r['id'].removeprefix('bench.')} {what}"
+            samples.setdefault((gpu, figure, metric[1]), []).append((node.host, device, float(value)))
+    return samples
+
+
+def behind_the_fleet(nodes: Sequence[NodeReport], behind: float = FLEET_BEHIND) -> list[BehindFleet]:
+    """Every GPU more than ``behind`` below the median of its model's GPUs for the same bench figure,
+    over at least FLEET_MIN_NODES nodes; the furthest behind first. A whole node slowed (a lowered power
+    limit, a bad riser, another cooling) is invisible to the node's own comparison of its GPUs."""
+    found = []
+    for (gpu, figure, unit), values in _fleet_samples(nodes).items():
+        hosts = {host for host, _, _ in values}
+        if len(hosts) < FLEET_MIN_NODES:
+            continue
+        ordered = sorted(v for _, _, v in values)
+        middle = len(ordered) // 2
+        median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        for host, device, value in values:
+            if value < median * (1.0 - behind):
+                found.append(BehindFleet(host, device, gpu, figure, unit, value, median, len(hosts)))
+    return sorted(found, key=lambda b: (-b.behind, b.host, b.device, b.figure))
+
+
+# A chart draws at most this many bars (the lowest: the ones to look at); every value is also one tick
+# on a strip above them, so 200 nodes x 8 GPUs stay one screen high.
+MAX_BARS = 20
+LABEL_CHARS = 38
+OUTLIER_SHARE = 0.85  # below 85% of the best bar: an outlier, as the bench judges it (a warn)
+
+
+def _figure(value: float) -> str:
+    """2,998 rather than 3e+03; small figures keep three significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _short(label: str) -> str:
+    return label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "\u2026"
+
+
 def _svg_bars(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
+    """Bars for the lowest values (all of them up to MAX_BARS), above them a strip with one tick per
+    value, outliers in the bench's warn colour; labels cut to fit, whole in their tooltip."""
     if not bars:
         return ""
+    esc = html.escape
     top = max(v for _, v in bars)
     top = top if top > 0 else 1.0  # a node's file may hold any finite number, negative ones too
-    row, width, label_w = 22, 420, 260
+    row, width, label_w = 22, 420, 270
+    lowest = sorted(bars, key=lambda bar: bar[1])[:MAX_BARS]
+    strip = 34 if len(bars) > MAX_BARS else 0
+    height = 24 + strip + row * len(lowest) + 6
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + width + 90}" '
-        f'height="{row * len(bars) + 30}" role="img"><title>{html.escape(title)}</title>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + width + 190}" height="{height}" '
+        f'role="img"><title>{esc(title)}</title>'
+        f'<text x="0" y="14" font-size="13" font-weight="bold">{esc(title)}</text>'
     ]
-    for i, (label, value) in enumerate(bars):
-        y = 24 + i * row
-        w = min(float(width), max(1.0, value / top * width))
-        # Below 85% of the best bar: the outlier colour.
-        colour = STATUS_COLOUR["pass"] if value >= 0.85 * top else STATUS_COLOUR["fail"]
+
+    def colour(value: float) -> str:
+        return STATUS_COLOUR["pass"] if value >= OUTLIER_SHARE * top else STATUS_COLOUR["warn"]
+
+    def x_of(value: float) -> float:
+        return min(float(width), max(1.0, value / top * width))
+
+    if strip:
+        outliers = sum(1 for _, v in bars if v < OUTLIER_SHARE * top)
+        middle = 30 + strip // 2
         parts.append(
-            f'<text x="0" y="{y + 14}" font-size="12">{html.escape(label)}</text>'
-            f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{row - 6}" fill="{colour}"/>'
-            f'<text x="{label_w + w + 4:.1f}" y="{y + 14}" font-size="12">{value:.3g} {unit}</text>'
+            f'<text x="0" y="44" font-size="12">all {len(bars)}: {outliers} below '
+            f"{OUTLIER_SHARE:.0%} of the best</text>"
+            f'<line x1="{label_w}" y1="{middle}" x2="{label_w + width}" y2="{middle}" stroke="#ccc"/>'
         )
-    parts.append(f'<text x="0" y="14" font-size="13" font-weight="bold">{html.escape(title)}</text></svg>')
+        for label, value in bars:
+            x = label_w + x_of(value)
+            parts.append(
+                f'<line x1="{x:.1f}" y1="30" x2="{x:.1f}" y2="{30 + strip - 6}" stroke="{colour(value)}" '
+                f'stroke-width="1.5"><title>{esc(label)}: {_figure(value)} {unit}</title></line>'
+            )
+        parts.append(
+            f'<text x="{label_w + width + 4}" y="44" font-size="12">best {_figure(top)} {unit}</text>'
+        )
+    for i, (label, value) in enumerate(lowest):
+        y = 24 + strip + i * row
+        w = x_of(value)
+        parts.append(
+            f'<text x="0" y="{y + 14}" font-size="12"><title>{esc(label)}</title>{esc(_short(label))}</text>'
+            f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{row - 6}" fill="{colour(value)}"/>'
+            f'<text x="{label_w + w + 4:.1f}" y="{y + 14}" font-size="12">{_figure(value)} {unit}</text>'
+        )
+    parts.append("</svg>")
     return "".join(parts)
 
 
@@ -455,6 +661,7 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
         f"<li>{esc(host)}: {esc('; '.join(what))}</li>"
         for host, what in sorted(firmware_outliers(nodes).items())
     )
+    laggards = "".join(f"<li>{esc(b.said())}</li>" for b in behind_the_fleet(nodes))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dltune report</title>
 <style>
@@ -477,6 +684,7 @@ its area's checks, click it for the node's findings.</p>
 <table class="findings"><tr><th>node</th><th>status</th><th>check</th><th>subject</th><th>summary</th>
 <th>remedy</th><th>evidence</th></tr>{"".join(findings) or '<tr><td colspan="7">none</td></tr>'}</table>
 <h2>GPU firmware</h2>{f"<ul>{outliers}</ul>" if outliers else f"<p>{SAME_FIRMWARE}</p>"}
+<h2>Behind the fleet</h2>{f"<ul>{laggards}</ul>" if laggards else f"<p>{FLEET_NONE}</p>"}
 <h2>Benchmarks</h2>{charts or "<p>no bench results in these reports</p>"}
 </body></html>
 """

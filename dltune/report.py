@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -107,7 +108,7 @@ def _rows(results: Sequence[Result]) -> list[tuple[Result, dict[str, Any], str, 
         elif key not in emitted:
             emitted.add(key)
             shown = r.to_dict()
-            others = ", ".join(visible(m.subject or "") for m in members[1:4])
+            others = ", ".join(table_subject(visible(m.subject or "")) for m in members[1:4])
             rows.append(
                 (
                     r,
@@ -119,13 +120,31 @@ def _rows(results: Sequence[Result]) -> list[tuple[Result, dict[str, Any], str, 
     return rows
 
 
+_GPU_SUBJECT = re.compile(r"^(\d+):(?:GPU|MIG)-[0-9A-Fa-f-]+$")
+
+
+def table_subject(subject: str) -> str:
+    """A subject as the table shows it: a GPU as "GPU 3" (its UUID takes a third of the width on an
+    8-GPU node; JSON and Prometheus keep it)."""
+    found = _GPU_SUBJECT.match(subject)
+    return f"GPU {found.group(1)}" if found else subject
+
+
 def render_human(
-    results: Sequence[Result], console: Console, host: str, what: str = "audit", show_all: bool = False
+    results: Sequence[Result],
+    console: Console,
+    host: str,
+    what: str = "audit",
+    show_all: bool = False,
+    asked: frozenset[str] = frozenset(),
 ) -> None:
-    """Findings first (fail, error, warn), then passes; skips folded into one line unless ``show_all``.
-    The remedy sits under its summary, so the table reads at 100 columns. Every cell is plain Text:
-    data such as a mount point /data/[bold]x is never read as markup."""
-    shown = by_status([r for r in results if show_all or r.status is not Status.SKIP])
+    """Findings first (fail, error, warn); passes and skips folded into one line each unless
+    ``show_all``, except the checks in ``asked`` (what the user asked for by name: `dltune check`'s
+    bench, `--dcgm`), whose reason is always a row. The remedy sits under its summary, so the table
+    reads at 100 columns. Every cell is plain Text: data such as a mount point /data/[bold]x is never
+    read as markup."""
+    folded = () if show_all else (Status.PASS, Status.SKIP)
+    shown = by_status([r for r in results if r.status not in folded or r.id in asked])
     table = Table(title=Text(f"dltune {what} of {visible(host)}"), show_lines=False, title_justify="left")
     table.add_column("status", no_wrap=True)
     table.add_column("check", no_wrap=True)
@@ -136,69 +155,45 @@ def render_human(
         if r.status in FINDINGS and as_dict["remedy"]:
             cell.append("\nfix: " + as_dict["remedy"], style="italic")
         table.add_row(
-            Text(r.status.value.upper(), style=STATUS_STYLE[r.status]), Text(r.id), Text(subject), cell
+            Text(r.status.value.upper(), style=STATUS_STYLE[r.status]),
+            Text(r.id),
+            Text(table_subject(subject)),
+            cell,
         )
     if shown:
         console.print(table)
-    skipped = sum(1 for r in results if r.status is Status.SKIP)
-    if skipped and not show_all:
-        console.print(
-            Text(f"{skipped} skipped (not applicable on this node): `dltune {what} --all` lists them")
-        )
+    elif not show_all:
+        console.print(Text(f"dltune {what} of {visible(host)}: no findings"))
+    passed = sum(1 for r in results if r.status is Status.PASS and r.id not in asked)
+    skipped = sum(1 for r in results if r.status is Status.SKIP and r.id not in asked)
+    if (passed or skipped) and not show_all:
+        parts = [
+            f"{passed} passed" if passed else "",
+            f"{skipped} skipped (not applicable on this node)" if skipped else "",
+        ]
+        console.print(Text(f"{', '.join(p for p in parts if p)}: `dltune {what} --all` lists them"))
     counts = {s: sum(1 for r in results if r.status is s) for s in STATUS_ORDER}
     console.print(Text(", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "no checks ran"))
 
 
-# --- Prometheus textfile (node_exporter's textfile collector) and Ansible local facts ------------
+# --- Ansible local facts (the Prometheus textfile: dltune.prometheus) -----------------------------------
 
 
-def _label(value: str | None) -> str:
-    text = "" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def render_prometheus(results: Sequence[Result], now: datetime) -> str:
-    """One gauge per check and subject (1 for its status, labelled), plus each check's numbers."""
-    lines = [
-        "# HELP dltune_check_status Result of a dltune audit check: 1, labelled with its status.",
-        "# TYPE dltune_check_status gauge",
-    ]
-    shown = [r.to_dict() for r in by_status(results)]
-    for r in shown:
-        lines.append(
-            f'dltune_check_status{{id="{_label(r["id"])}",area="{_label(r["area"])}",'
-            f'subject="{_label(r["subject"])}",status="{r["status"]}",'
-            f'critical="{str(r["critical"]).lower()}"}} 1'
-        )
-    lines += [
-        "# HELP dltune_check_metric A number a dltune check measured (see the metric label).",
-        "# TYPE dltune_check_metric gauge",
-    ]
-    for r in shown:
-        for name, value in sorted(r["metrics"].items()):
-            lines.append(
-                f'dltune_check_metric{{id="{_label(r["id"])}",subject="{_label(r["subject"])}",'
-                f'metric="{_label(name)}"}} {float(value)!r}'
-            )
-    counts = {s: sum(1 for r in results if r.status is s) for s in STATUS_ORDER}
-    lines += [
-        "# HELP dltune_checks Number of dltune check results by status.",
-        "# TYPE dltune_checks gauge",
-        *(f'dltune_checks{{status="{s.value}"}} {n}' for s, n in counts.items()),
-        "# HELP dltune_audit_timestamp_seconds When the audit ran.",
-        "# TYPE dltune_audit_timestamp_seconds gauge",
-        f"dltune_audit_timestamp_seconds {now.timestamp():.3f}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def render_facts(results: Sequence[Result], host: str, now: datetime) -> str:
-    """Ansible local facts (``ansible_local.dltune``): the envelope plus a summary playbooks can test."""
+def render_facts(
+    results: Sequence[Result], host: str, now: datetime, roles_applied: Sequence[str] = ()
+) -> str:
+    """Ansible local facts (``ansible_local.dltune``): the envelope plus a summary playbooks can test.
+    ``passing``: no fail and no error; ``tuned``: passing on a node where at least one role recorded
+    what it applied (``roles_applied``, the manifest fragments), so a node no role ever touched is
+    never called tuned."""
     doc = envelope(results, host, now)
+    passing = not any(r.status in (Status.FAIL, Status.ERROR) for r in results)
     doc["summary"] = {
         "counts": {s.value: sum(1 for r in results if r.status is s) for s in Status},
         "failed": sorted({r.id for r in results if r.status is Status.FAIL}),
-        "tuned": not any(r.status in (Status.FAIL, Status.ERROR) for r in results),
+        "passing": passing,
+        "roles_applied": sorted(roles_applied),
+        "tuned": passing and bool(roles_applied),
     }
     return json.dumps(doc, indent=2) + "\n"
 

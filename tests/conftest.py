@@ -23,7 +23,7 @@ def fixtures() -> Path:
 
 def load_role_module(relative_path: str) -> ModuleType:
     """A role's filter plugin or module (not a package) imported by path, for unit tests, once. Its
-    name is its path (roles.data_disks.filter_plugins.data_disks): mutmut (`make mutation`) credits
+    name is its path (plugins.filter.data_disks): mutmut (`make mutation`) credits
     a test with the functions it runs by their module's name, which must be the mutated file's."""
     name = relative_path.removesuffix(".py").replace("/", ".")
     if name in sys.modules:

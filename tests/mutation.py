@@ -32,8 +32,9 @@ _copytree = shutil.copytree
 
 def _copytree_keeping_links(src: Any, dst: Any, symlinks: bool = True, *args: Any, **kwargs: Any) -> Any:
     # A second run copies over the first: links already there are made again.
-    for directory, _dirs, files in os.walk(dst):
-        for name in files:
+    for directory, dirs, files in os.walk(dst):
+        # os.walk lists a link to a directory (collections/.../cluster) among the directories.
+        for name in files + dirs:
             if os.path.islink(os.path.join(directory, name)):
                 os.unlink(os.path.join(directory, name))
     return _copytree(src, dst, symlinks, *args, **kwargs)

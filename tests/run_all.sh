@@ -4,6 +4,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 declare -a PHASES=()
+rm -f build/logs/molecule-failed
 PYTEST_SUMMARY="pytest did not run"
 status=0
 
@@ -12,9 +13,25 @@ phase() {
   local start=$EPOCHREALTIME rc=0
   echo "=== phase: $name ===" >&2
   "$@" || rc=$?
-  PHASES+=("$(awk -v a="$start" -v b="$EPOCHREALTIME" -v n="$name" -v rc="$rc" \
-    'BEGIN{printf "%-10s %7.1fs  %s", n, b-a, (rc==0 ? "ok" : "FAILED (rc " rc ")")}')")
+  # The disk left after each phase: a machine that ran short shows it here (a test that judges free
+  # space, a scenario that died writing, would otherwise look like a bug of ours).
+  local free
+  free=$(df -h --output=avail / | tail -1 | tr -d ' ')
+  PHASES+=("$(awk -v a="$start" -v b="$EPOCHREALTIME" -v n="$name" -v rc="$rc" -v free="$free" \
+    'BEGIN{printf "%-10s %7.1fs  %-15s disk free %s", n, b-a, (rc==0 ? "ok" : "FAILED (rc " rc ")"), free}')")
   return $rc
+}
+
+# Why each failed molecule scenario failed, from its log (Makefile: molecule): the task failures,
+# the failing tests and molecule's own errors, last ones first cut.
+molecule_failures() {
+  local failed scenario
+  failed=$(cat build/logs/molecule-failed 2>/dev/null) || return 0
+  for scenario in $failed; do
+    echo "molecule $scenario failed; from build/logs/molecule-$scenario.log:"
+    grep -E '^(fatal:|failed:|FAILED|E  |ERROR|CRITICAL)|unreachable=[1-9]|failed=[1-9]|Error:' \
+      "build/logs/molecule-$scenario.log" | tail -25 | cut -c1-400 | sed 's/^/    /'
+  done
 }
 
 run_pytest() {
@@ -30,6 +47,7 @@ run_pytest() {
 finish() {
   phase lab-down make -s lab-down || true
   echo
+  molecule_failures
   echo "Phase times:"
   printf '  %s\n' "${PHASES[@]}"
   echo "$PYTEST_SUMMARY"

@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import sys
 import time
 
@@ -26,6 +27,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--baseline", action="store_true", help="Train alone first (scaling baseline).")
+    parser.add_argument("--allreduce-only", action="store_true", help="No training (--find-slow's pairs).")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -42,20 +44,57 @@ def main() -> None:
         torch.cuda.set_device(local)
     hosts: list[object] = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
-    tensor = torch.ones((args.megabytes << 20) // 4, dtype=torch.float32, device=device)
+    # Each rank's GPU by name: the healthy figure the all-reduce is judged against is per model.
+    names: list[object] = [None] * world
+    dist.all_gather_object(names, torch.cuda.get_device_name(local) if args.device == "cuda" else "cpu")
+    megabytes = args.megabytes
+    if args.device == "cuda":
+        # Every rank must use the same size: the smallest card's share decides.
+        share = torch.tensor(
+            [message_megabytes(args.megabytes, torch.cuda.get_device_properties(local).total_memory)],
+            device=device,
+        )
+        dist.all_reduce(share, op=dist.ReduceOp.MIN)
+        megabytes = int(share.item())
+    tensor = torch.ones((megabytes << 20) // 4, dtype=torch.float32, device=device)
     for _ in range(2):
         dist.all_reduce(tensor)
     synchronize(torch, device)
     dist.barrier()
-    start = time.perf_counter()
-    for _ in range(args.iterations):
-        dist.all_reduce(tensor)
-    synchronize(torch, device)
-    mine = (time.perf_counter() - start) / args.iterations
+    if args.allreduce_only:
+        # --find-slow compares nodes by this figure: each all-reduce timed alone and the median kept, so
+        # one hiccup of a shared host does not name a node.
+        times = []
+        for _ in range(args.iterations):
+            start = time.perf_counter()
+            dist.all_reduce(tensor)
+            synchronize(torch, device)
+            times.append(time.perf_counter() - start)
+        mine = statistics.median(times)
+    else:
+        start = time.perf_counter()
+        for _ in range(args.iterations):
+            dist.all_reduce(tensor)
+        synchronize(torch, device)
+        mine = (time.perf_counter() - start) / args.iterations
     # The collective is as slow as its slowest rank: every rank's time, and the maximum as the figure.
     per_rank: list[float] = [0.0] * world
     dist.all_gather_object(per_rank, mine)
     seconds = max(per_rank)
+    measured = {
+        "world": world,
+        "backend": args.backend,
+        "bytes": tensor.numel() * 4,
+        "seconds": seconds,
+        "seconds_per_rank": per_rank,
+        "hosts": hosts,
+        "device_names": names,
+    }
+    del tensor  # the training below needs the memory, not this buffer
+    if args.allreduce_only:
+        if rank == 0:
+            write(args.out, measured)
+        finish(dist)
 
     def wrap(model: object) -> object:
         ids = [local] if args.device == "cuda" else None
@@ -71,24 +110,32 @@ def main() -> None:
     total = torch.tensor([run.images_per_s], dtype=torch.float64, device=device)
     dist.all_reduce(total)
     if rank == 0:
-        # Written aside and renamed: the launcher reads a complete file or none.
-        partial = f"{args.out}.partial"
-        with open(partial, "w") as handle:
-            json.dump(
-                {
-                    "world": world,
-                    "backend": args.backend,
-                    "bytes": tensor.numel() * 4,
-                    "seconds": seconds,
-                    "seconds_per_rank": per_rank,
-                    "images_per_s_total": float(total.item()),
-                    "baseline_images_per_s": float(baseline.item()) / world if args.baseline else None,
-                    "hosts": hosts,
-                },
-                handle,
-            )
-        os.replace(partial, args.out)
+        write(
+            args.out,
+            measured
+            | {
+                "images_per_s_total": float(total.item()),
+                "baseline_images_per_s": float(baseline.item()) / world if args.baseline else None,
+            },
+        )
     finish(dist)
+
+
+def write(path: str, numbers: dict[str, object]) -> None:
+    """Written aside and renamed: the launcher reads a complete file or none."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as handle:
+        json.dump(numbers, handle)
+    os.replace(partial, path)
+
+
+def message_megabytes(requested: int, gpu_memory_bytes: int) -> int:
+    """The all-reduce message on a GPU: what was asked for, at most an eighth of the card's memory
+    (the buffer and NCCL's own must leave room) rounded down to a power of two of MB, but not below
+    64 MB."""
+    cap = gpu_memory_bytes // 8 >> 20
+    fits = 1 << max(cap, 1).bit_length() - 1
+    return min(requested, max(64, fits))
 
 
 def finish(dist: object) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
+import importlib
 import os
 import signal
 import subprocess
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dltune import safeio
-from dltune.bench import judge
+from dltune.bench import judge, rdma, slow_node
 from dltune.bench.measure import BenchError
 from dltune.model import Result
 from dltune.probes.watchdog import process_cmdlines
@@ -57,10 +59,16 @@ class Options:
 
 
 Step = Callable[[str], None]
-# All-reduce message size: bus bandwidth over NVLink or InfiniBand saturates only in the hundreds of MB
-# (nccl-tests' sweeps); 16 MB measures latency. gloo on CPU keeps a small one.
-ALLREDUCE_MB = {"nccl": 512, "gloo": 16}
+# All-reduce message size. On GPUs bus bandwidth reaches its plateau only in the GB: NVIDIA on an 8-GPU
+# H100 node, "256M is too small to reach peak bandwidth" (nccl-tests #212), and Azure's health checks
+# judge at 16 GB. 8 GB (a 31 ms all-reduce on a healthy H100 node), capped at an eighth of the card's
+# memory (dltune.bench.ddp.message_megabytes); the judgement needs at least judge.ALLREDUCE_JUDGED_MB.
+# 16 MB on gloo: CPU processes prove the training path, not a bandwidth.
+ALLREDUCE_MB = {"nccl": 8192, "gloo": 16}
 TORCHRUN_TIMEOUT_S = 600
+# Each GPU pair's copy: 256 MB takes under a millisecond over NVLink, so measure.PAIR_SECONDS holds
+# dozens of copies.
+PAIR_MB = 256
 
 
 def sample_image_count(size: dict[str, Any]) -> int:
@@ -221,7 +229,22 @@ class _Bench:
             if self.on_cpu
             else [b for d in self.devices for b in self.measure.host_transfers(self.torch, d, 256, seconds)]
         )
-        return judge.judge_bandwidth(copies) + judge.judge_host_transfers(transfers)
+        links = None if self.on_cpu else {d: self.measure.pcie_link(self.torch, d) for d in self.devices}
+        return judge.judge_bandwidth(copies) + judge.judge_host_transfers(transfers, links) + self.gpu_pairs()
+
+    def gpu_pairs(self) -> list[Result]:
+        """Every ordered pair of the GPUs under test (none on CPU, or with one GPU: a skip)."""
+        if self.on_cpu:
+            return []
+        if len(self.devices) > 1:
+            self.step("GPU pairs")
+        pairs = [
+            self.measure.pair_copy(self.torch, source, destination, PAIR_MB)
+            for source in self.devices
+            for destination in self.devices
+            if source != destination
+        ]
+        return [judge.judge_gpu_pairs(pairs)]
 
     def synthetic(self) -> tuple[list[Result], Any]:
         self.step("training, synthetic data")
@@ -351,6 +374,7 @@ def _torchrun(
     baseline: bool,
     env: dict[str, str],
     timeout: float = TORCHRUN_TIMEOUT_S,
+    allreduce_only: bool = False,
 ) -> tuple[dict[str, Any] | None, Result | None]:
     """Run dltune.bench.ddp under torchrun with `placement` (its node/process options). Returns rank 0's
     numbers (None on the other nodes of a multi-node run), or the error as a Result."""
@@ -385,6 +409,7 @@ def _torchrun(
             "--out",
             str(out),
             *(["--baseline"] if baseline else []),
+            *(["--allreduce-only", "--iterations", str(PAIR_ITERATIONS)] if allreduce_only else []),
         ]
         launcher = subprocess.Popen(
             argv,
@@ -515,6 +540,148 @@ def run_multi_node(opts: Options, step: Step = lambda _s: None) -> list[Result] 
         f"--master_port={slurm.port}",
     ]
     numbers, error = _torchrun(placement, backend, size, baseline=True, env=env)
+    step("RDMA ports between the first two nodes")
+    ports = rdma_ports(slurm, torch, devices)
     if error is None and slurm.node_rank != 0:
         return None
-    return judge.judge_multi_node(slurm.hosts, slurm.node_rank, backend, numbers, error)
+    return judge.judge_multi_node(slurm.hosts, slurm.node_rank, backend, numbers, error) + ports
+
+
+# The servers of the RDMA measurement listen on the job's port + 20 and up, one per port.
+RDMA_PORT_OFFSET = 20
+
+
+def rdma_ports(slurm: SlurmStep, torch: Any, devices: list[str]) -> list[Result]:
+    """bench.rdma on the first node, against the second (dltune.bench.rdma); the second node serves;
+    the others do nothing."""
+    if slurm.node_rank > 1:
+        return []
+    from dltune.probes.fabric import read_ib_ports
+    from dltune.probes.hostfs import HostFS
+
+    ports = sorted((p for p in read_ib_ports(HostFS("/"))[0] if p.linked), key=lambda p: p.name)
+    if not ports:
+        return [rdma.skipped("no active RDMA port on this node")]
+    if not rdma.installed():
+        return [rdma.skipped("perftest is not installed (Ubuntu: apt install perftest): no RDMA bandwidth")]
+    cuda: list[int | None] = [None] * len(ports)
+    if devices != ["cpu"] and rdma.gpudirect_expected():
+        gpus = [torch.cuda.get_device_properties(torch.device(d)) for d in devices]
+        addresses = [f"{g.pci_domain_id:04x}:{g.pci_bus_id:02x}:{g.pci_device_id:02x}.0" for g in gpus]
+        nearest = [rdma.nearest_gpu(p.pci_address, addresses) for p in ports]
+        # perftest numbers GPUs as CUDA does in this environment: the torch device's own index.
+        cuda = [None if i is None else torch.device(devices[i]).index for i in nearest]
+    base = slurm.port + RDMA_PORT_OFFSET
+    if slurm.node_rank == 1:
+        rdma.serve(ports, base, cuda)
+        return []
+    return rdma.connect(ports, slurm.hosts[1], base, cuda)
+
+
+# --find-slow: each pair's round is one 2-node all-reduce; a partner that never joins ends it here.
+PAIR_TIMEOUT_S = 180
+# Each pair's all-reduces, timed one by one (the median is the pair's figure).
+PAIR_ITERATIONS = 25
+# The job's own gloo group (in this process, one rank per node) meets on the job's port + this.
+GATHER_PORT_OFFSET = 9
+GATHER_TIMEOUT_S = 1800
+
+
+def _pair_round(
+    round_: int,
+    pairs: list[tuple[int, int]],
+    slurm: SlurmStep,
+    backend: str,
+    size: dict[str, Any],
+    processes: int,
+    env: dict[str, str],
+) -> list[slow_node.PairRun]:
+    """This node's pair in this round (nothing when it sits the round out): its bus bandwidth as the
+    pair's first node measured it, or the error either node saw."""
+    mine = next(((a, b) for a, b in pairs if slurm.node_rank in (a, b)), None)
+    if mine is None:
+        return []
+    first, second = mine
+    placement = [
+        "--nnodes=2",
+        f"--node_rank={0 if slurm.node_rank == first else 1}",
+        f"--nproc_per_node={processes}",
+        f"--master_addr={slurm.hosts[first]}",
+        f"--master_port={slurm.port + 1 + round_}",
+    ]
+    numbers, error = _torchrun(
+        placement, backend, size, baseline=False, env=env, timeout=PAIR_TIMEOUT_S, allreduce_only=True
+    )
+    if error is not None:
+        return [
+            slow_node.PairRun(round_, first, second, None, f"{slurm.hosts[slurm.node_rank]}: {error.summary}")
+        ]
+    if numbers is None:  # the pair's second node: the first reports the figure
+        return []
+    world = int(numbers["world"])
+    busbw = numbers["bytes"] / numbers["seconds"] / 1e9 * 2 * (world - 1) / world
+    return [slow_node.PairRun(round_, first, second, busbw)]
+
+
+def _merge(gathered: list[list[slow_node.PairRun]]) -> list[slow_node.PairRun]:
+    """One run per pair and round: the measured one where a node has it, else the first error."""
+    runs: dict[tuple[int, int, int], slow_node.PairRun] = {}
+    for run in (r for node in gathered for r in node):
+        key = (run.round, run.first, run.second)
+        if key not in runs or (runs[key].busbw_gb_s is None and run.busbw_gb_s is not None):
+            runs[key] = run
+    return [runs[key] for key in sorted(runs)]
+
+
+# long: the rounds, the gather, the retest and the gather again, in order, on every node alike
+def run_find_slow(
+    opts: Options, behind: float = slow_node.DEFAULT_BEHIND, step: Step = lambda _s: None
+) -> list[Result] | None:
+    """`--multi-node --find-slow`: slow_node's rounds of 2-node all-reduces, every node computing the
+    same schedule; the figures meet in a gloo group of one rank per node (this process), so every node
+    knows the suspects and the retest; the first node returns one bench.slow_node result per node."""
+    slurm = slurm_step(os.environ, expand_nodelist)
+    if len(slurm.hosts) < 3:
+        raise BenchError(
+            "--find-slow needs a step over 3 nodes or more: with 2, a slow pair cannot say which node is slow"
+        )
+    torch = _import_torch()
+    from dltune.bench import measure
+
+    devices = measure.select_devices(torch, opts.device, opts.gpus)
+    on_cpu = devices == ["cpu"]
+    size = opts.sized(on_cpu)
+    backend = "gloo" if on_cpu else "nccl"
+    env = torchrun_env(devices, os.environ)
+    processes = 1 if on_cpu else len(devices)
+    dist = importlib.import_module("torch.distributed")
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{slurm.leader}:{slurm.port + GATHER_PORT_OFFSET}",
+        rank=slurm.node_rank,
+        world_size=len(slurm.hosts),
+        timeout=datetime.timedelta(seconds=GATHER_TIMEOUT_S),
+    )
+
+    def gather(mine: list[slow_node.PairRun]) -> list[slow_node.PairRun]:
+        everyone: list[Any] = [None] * len(slurm.hosts)
+        dist.all_gather_object(everyone, mine)
+        return _merge(everyone)
+
+    try:
+        schedule = slow_node.round_robin(len(slurm.hosts))
+        mine: list[slow_node.PairRun] = []
+        for round_, pairs in enumerate(schedule):
+            step(f"find-slow: round {round_ + 1} of {len(schedule)} (then a retest of any suspect)")
+            mine += _pair_round(round_, pairs, slurm, backend, size, processes, env)
+        runs = gather(mine)
+        best = slow_node.scores(len(slurm.hosts), runs)
+        retest = slow_node.retest_pairs(best, slow_node.suspects(best, behind))
+        if retest:
+            step(f"find-slow: retesting {len(retest)} suspect(s) beside the best nodes")
+        retests = gather(_pair_round(len(schedule), retest, slurm, backend, size, processes, env))
+    finally:
+        dist.destroy_process_group()
+    if slurm.node_rank != 0:
+        return None
+    return slow_node.judge_slow_nodes(slurm.hosts, runs, retests, behind)

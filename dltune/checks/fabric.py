@@ -555,7 +555,16 @@ def _judge_nvlink(snap: Snapshot, gpu: Gpu) -> Result:
                 "check the GPU's NVLink bridge or baseboard (nvidia-smi nvlink -s)",
                 critical=True,
             )
-        return Result("fabric.nvlink", Status.SKIP, f"GPU {gpu.index} has no NVLink (a PCIe card)", subject)
+        if links is None:
+            return Result("fabric.nvlink", Status.SKIP, f"GPU {gpu.index}: NVLink state not read", subject)
+        # NVML answers NotSupported on every link of a PCIe card, and also of an SXM card passed alone
+        # into a VM (an H200 SXM seen so on 2026-11-26): the name cannot tell which.
+        return Result(
+            "fabric.nvlink",
+            Status.SKIP,
+            f"GPU {gpu.index} reports no NVLink (a PCIe card, or links this VM or container does not see)",
+            subject,
+        )
     active = [link.link for link in links if link.active]
     down = [link.link for link in links if not link.active]
     counters = {f"{link.link}:{name}": value for link in links for name, value in link.counters().items()}
@@ -576,18 +585,24 @@ def _judge_nvlink(snap: Snapshot, gpu: Gpu) -> Result:
     return _nvlink_errors(snap, gpu, subject, evidence)
 
 
+def _by_link(item: tuple[str, int]) -> tuple[int, str]:
+    """Counters "<link>:<name>" in link order (link 2 before link 10), then by name."""
+    link, _, name = item[0].partition(":")
+    return (int(link) if link.isdigit() else 1 << 30, name)
+
+
 def _nvlink_errors(snap: Snapshot, gpu: Gpu, subject: str, evidence: dict[str, Any]) -> Result:
     counters: dict[str, int] = evidence["counters"]
     rose = counter_rises(snap, "fabric.nvlink", subject, counters)
     high = [
         f"link {key.split(':')[0]} {key.split(':')[1]} {value}"
-        for key, value in sorted(counters.items())
+        for key, value in sorted(counters.items(), key=_by_link)
         if (key.endswith(":recovery") and value >= NVLINK_RECOVERY_WARN)
         or (not key.endswith(":recovery") and value >= NVLINK_REPLAY_WARN)
     ]
     high += [
         f"link {key.split(':')[0]} {key.split(':')[1]} +{value} since the previous audit"
-        for key, value in sorted(rose.items())
+        for key, value in sorted(rose.items(), key=_by_link)
         if value >= NVLINK_RISE_WARN.get(key.split(":")[1], 1 << 62)
     ]
     active = len(evidence["active"])

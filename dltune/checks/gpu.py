@@ -144,7 +144,7 @@ def present(snap: Snapshot) -> list[Result]:
             Result(
                 "gpu.present",
                 Status.PASS,
-                f"{len(healthy)} GPUs answer{hidden}",
+                f"{len(healthy)} GPU{' answers' if len(healthy) == 1 else 's answer'}{hidden}",
                 evidence=evidence,
                 metrics={"gpus": float(len(healthy))},
             )

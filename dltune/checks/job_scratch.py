@@ -16,8 +16,9 @@ from dltune.snapshot import Snapshot
 REMOTE_FSTYPES = frozenset(
     {"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "ceph", "glusterfs", "9p", "virtiofs"}
 )
-# Below this, the scratch directory warns: staging anything but a small dataset would not fit.
-LOW_FREE_BYTES = 10 * 1024**3
+# Below this (GB), the scratch directory warns: staging anything but a small dataset would not fit.
+# The role's slurm_tmpdir_min_free_gb, recorded in its manifest fragment, overrides it.
+DEFAULT_MIN_FREE_GB = 10
 
 
 def _manifest(snap: Snapshot) -> Mapping[str, Any]:
@@ -90,12 +91,14 @@ def slurm_tmpdir(snap: Snapshot) -> Result:
             critical=True,
         )
     free_gb = (info.free_bytes or 0) / 1e9
-    low = info.free_bytes is not None and info.free_bytes < LOW_FREE_BYTES
+    min_free_gb = _manifest(snap).get("min_free_gb", DEFAULT_MIN_FREE_GB)
+    evidence["min_free_gb"] = min_free_gb
+    low = info.free_bytes is not None and info.free_bytes < min_free_gb * 1e9
     return Result(
         "staging.slurm_tmpdir",
         Status.WARN if low else Status.PASS,
         f"SLURM_TMPDIR={path}: private (0700), on local {info.fstype}, {free_gb:.1f} GB free"
-        + (" (little room to stage a dataset)" if low else ""),
+        + (f" (below {min_free_gb:g} GB: little room to stage a dataset)" if low else ""),
         subject=path,
         evidence=evidence,
         remedy="free the node's local disk (another job may have filled it)" if low else None,

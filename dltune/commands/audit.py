@@ -206,17 +206,18 @@ def audit(
             check_output_file(facts_file, "--facts-file")
         policy = drain_policy(drain_limit, flap_count, flap_window) if slurm_drain else None
         counters = earlier_counters(previous, facts_file)
-        _, results, host = audit_results(
+        snapshot, results, host = audit_results(
             root, areas, nfs_timeout, nvml_timeout, deadline, counters, dcgm_level=1 if dcgm else None
         )
         if policy is not None:
             said, added, failed = apply_slurm_health(slurm_node, results, policy, history_file)
             results += added
             error_line(f"dltune audit --slurm-drain: {said}")
-        write_node_outputs(results, host, textfile_dir, facts_file)
+        write_node_outputs(results, host, textfile_dir, facts_file, sorted(snapshot.expected))
         if policy is not None and failed:
             raise typer.Exit(EXIT_USAGE_OR_ERROR)
-        from dltune.report import render_human, render_json, render_prometheus
+        from dltune.prometheus import render_prometheus
+        from dltune.report import render_human, render_json
 
         now = datetime.now(timezone.utc)
         if output is OutputFormat.json:
@@ -224,10 +225,15 @@ def audit(
         elif output is OutputFormat.prometheus:
             sys.stdout.write(render_prometheus(results, now))
         else:
-            render_human(results, stdout_console(), host, show_all=show_all)
+            asked = frozenset({"gpu.dcgm"} if dcgm else set())
+            render_human(results, stdout_console(), host, show_all=show_all, asked=asked)
         raise typer.Exit(exit_code(results))
     finally:
         gc.enable()  # for callers in the same process (tests)
+
+
+# A textfile of hundreds of GPUs' series is tens of kB: anything larger is not one dltune wrote.
+TEXTFILE_MAX_BYTES = 4 << 20
 
 
 def host_name(root: Path) -> str:
@@ -266,16 +272,35 @@ def earlier_counters(previous: Path | None, facts_file: Path | None) -> dict[str
 
 
 def write_node_outputs(
-    results: Sequence[Result], host: str, textfile_dir: Path | None, facts_file: Path | None
+    results: Sequence[Result],
+    host: str,
+    textfile_dir: Path | None,
+    facts_file: Path | None,
+    roles_applied: Sequence[str] = (),
 ) -> None:
     """The Prometheus textfile and the Ansible facts file, each where asked."""
-    from dltune.report import render_facts, render_prometheus
+    from dltune.prometheus import render_prometheus
+    from dltune.report import render_facts
 
     now = datetime.now(timezone.utc)
     if textfile_dir is not None:
-        write_output(textfile_dir / "dltune.prom", render_prometheus(results, now), "--textfile-dir")
+        textfile = textfile_dir / "dltune.prom"
+        previous = previous_success(textfile)
+        write_output(textfile, render_prometheus(results, now, previous), "--textfile-dir")
     if facts_file is not None:
-        write_output(facts_file, render_facts(results, host, now), "--facts-file")
+        write_output(facts_file, render_facts(results, host, now, roles_applied), "--facts-file")
+
+
+def previous_success(textfile: Path) -> float | None:
+    """The last success the textfile this run replaces recorded (none: a first run, or unreadable)."""
+    from dltune.prometheus import last_success_of
+    from dltune.safeio import read_regular
+
+    try:
+        text = read_regular(textfile, max_bytes=TEXTFILE_MAX_BYTES, follow_symlinks=False)
+    except OSError:
+        return None
+    return last_success_of(text[:TEXTFILE_MAX_BYTES].decode("utf-8", "replace"))
 
 
 def drain_policy(drain_limit: str, flap_count: int, flap_window_hours: float) -> Policy:

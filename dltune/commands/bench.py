@@ -29,12 +29,15 @@ if TYPE_CHECKING:
 MAX_GPU_INDEX = 1023
 
 
-def bench_results(options: Options, multi_node: bool = False) -> list[Result] | None:
+def bench_results(
+    options: Options, multi_node: bool = False, find_slow: float | None = None
+) -> list[Result] | None:
     """Run the bench with a progress line on stderr; None on a node that only took part in a multi-node
-    run. A bench that cannot start (a GPU NVML sees but CUDA does not) raises BenchError."""
+    run. `find_slow`: the --find-slow search with this `behind` fraction instead of the multi-node run.
+    A bench that cannot start (a GPU NVML sees but CUDA does not) raises BenchError."""
     from rich.progress import BarColumn, Progress, TextColumn
 
-    from dltune.bench.run import run_bench, run_multi_node
+    from dltune.bench.run import run_bench, run_find_slow, run_multi_node
 
     with Progress(
         TextColumn("bench: {task.description}", markup=False),
@@ -43,8 +46,14 @@ def bench_results(options: Options, multi_node: bool = False) -> list[Result] | 
         transient=True,
     ) as bar:
         task = bar.add_task("starting", total=None)
+
+        def progress(name: str) -> None:
+            bar.update(task, description=name)
+
+        if find_slow is not None:
+            return run_find_slow(options, find_slow, progress)
         run = run_multi_node if multi_node else run_bench
-        return run(options, lambda name: bar.update(task, description=name))
+        return run(options, progress)
 
 
 def _gpu_indices(gpus: str | None) -> list[int] | None:
@@ -118,6 +127,27 @@ def bench(
             "(srun --nodes=N --ntasks-per-node=1); the first node prints the results.",
         ),
     ] = False,
+    find_slow: Annotated[
+        bool,
+        typer.Option(
+            "--find-slow",
+            help="With --multi-node (3 nodes or more): name the node(s) holding the job back. Each node "
+            "all-reduces with one partner per round, 3 rounds of distinct partners, then every suspect once "
+            "more beside the best node: 4 rounds of 2-node all-reduces whatever the node count. A node more "
+            "than --behind below the job's median node, in its rounds and again in its retest, is named "
+            "(bench.slow_node).",
+        ),
+    ] = False,
+    behind: Annotated[
+        float,
+        number_option(
+            "--behind",
+            kind=float,
+            minimum=0.05,
+            maximum=0.9,
+            help="--find-slow: the fraction below the job's median node that names a node.",
+        ),
+    ] = 0.2,
     output: Annotated[
         BenchFormat, typer.Option("--format", help="Output format on stdout.")
     ] = BenchFormat.human,
@@ -130,6 +160,10 @@ def bench(
 
     if device not in (None, "cpu", "cuda"):
         raise typer.BadParameter(f"{device}: give cpu or cuda", param_hint="--device")
+    if find_slow and not multi_node:
+        raise typer.BadParameter(
+            "--find-slow runs across the nodes of a job step: add --multi-node", param_hint="--find-slow"
+        )
     gpu_list = _gpu_indices(gpus)
     if data is not None:
         _check_data(data)
@@ -150,7 +184,7 @@ def bench(
     start = datetime.now(timezone.utc)
     err = progress_console()
     try:
-        results = bench_results(options, multi_node)
+        results = bench_results(options, multi_node, behind if find_slow else None)
     except BenchError as exc:
         error_line(f"dltune bench: {exc}")
         raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc

@@ -89,7 +89,8 @@ def check(
     if output is BenchFormat.json:
         sys.stdout.write(render_json(results, host, now))
     else:
-        render_human(results, stdout_console(), host, what="check", show_all=show_all)
+        asked = frozenset({"bench.run", *(("gpu.dcgm",) if dcgm is not None else ())})
+        render_human(results, stdout_console(), host, what="check", show_all=show_all, asked=asked)
     raise typer.Exit(exit_code(results))
 
 

@@ -80,14 +80,14 @@ def healthcheck(
     node = slurm_node_name(slurm_node)
     gc.disable()  # as in audit: a short-lived process, its objects freed at exit
     try:
-        _, results, host = audit_results(
+        snapshot, results, host = audit_results(
             Path("/"), None, nfs_timeout, min(nvml_timeout, timeout), Deadline(timeout)
         )
         said = "report only (--no-drain)"
         if drain:
             said, added, _failed = apply_slurm_health(node, results, policy, history_file)
             results += added
-        write_node_outputs(results, host, textfile_dir, facts_file)
+        write_node_outputs(results, host, textfile_dir, facts_file, sorted(snapshot.expected))
         fails = sum(1 for r in results if r.status is Status.FAIL)
         critical = critical_failures(results)
         error_line(

@@ -96,6 +96,7 @@ ROLE_KEYS: dict[str, dict[str, Field]] = {
         "hooks": optional(dict, items=of(str)),
         "site_hooks": optional(dict, items=of(str)),
         "job_env": optional(str),
+        "min_free_gb": optional(int, float, minimum=0),
     },
 }
 

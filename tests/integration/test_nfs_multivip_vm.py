@@ -1,9 +1,10 @@
 """Tier 2 of nfs_multivip: a VM with the distribution kernel's real NFS client (QEMU, TCG), its two
 NICs em1/em2 on the storage bridge of tests/lab/nfs-storage.sh. It is the NFS node of `make demo`:
-`ansible-playbook site.yml -i inventory` reaches it over SSH through the lab inventory's lab_vm.py
-(listed while it runs, ProxyCommand into the storage namespace), as the demo does.
+`ansible-playbook -i inventory` reaches it over SSH through the lab inventory's lab_vm.py (listed
+while it runs, ProxyCommand into the storage namespace), as the demo does.
 
-site.yml mounts the export once per VIP for real; a second run of the NFS play changes nothing; each
+dltune and nfs_multivip (tests/integration/playbooks/nfs_multivip_vm.yml) mount the export once per
+VIP for real; a second run of the NFS play changes nothing; each
 VIP has one TCP connection from the planned source address, and the bytes read through each mount
 cross the planned NIC (tap counters on the storage side). playbooks/audit.yml puts the VM in the
 cluster report beside the lab containers, its NFS mounts and routes passing. The audit in the VM
@@ -39,11 +40,11 @@ def applied() -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
             pytest.fail("the NFS VM tier needs root")
         pytest.skip("the NFS VM tier needs root")
     with storage_and_vm():
-        first = apply_roles("site.yml")
-        # The second run is the NFS play alone: what only this tier has is a real kernel's NFS client
-        # (mount options as the kernel reports them, live routes); the other roles' second runs are
-        # the lab's and molecule's (test_site_lab, molecule default). Under TCG every module costs
-        # 3-4 s, and a second site.yml here cost five minutes of CI.
+        # What only this tier has is a real kernel's NFS client (mount options as the kernel reports
+        # them, live routes): dltune (for the audit in the VM) and nfs_multivip, not the whole site,
+        # whose other roles run in the lab and molecule (test_site_lab, each role's scenario). Under TCG
+        # every module costs 3-4 s: site.yml here cost more than five minutes of CI.
+        first = apply_roles()
         second = apply_roles("playbooks/nfs_multivip.yml")
         yield first, second
 
@@ -60,7 +61,7 @@ def test_the_inventory_lists_the_vm_while_it_runs(applied: tuple[dict[str, Any],
     assert HOST not in groups.get("slurm", {}).get("hosts", [])
 
 
-def test_site_mounts_each_vip_and_a_second_nfs_run_changes_nothing(
+def test_the_roles_mount_each_vip_and_a_second_nfs_run_changes_nothing(
     applied: tuple[dict[str, Any], ...],
 ) -> None:
     first, second = applied

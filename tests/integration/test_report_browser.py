@@ -1,7 +1,8 @@
 """The HTML report as a person sees it: 200 nodes rendered by headless Chromium (Debian's `chromium`
 package) in a 1,400-pixel-wide window. Every area header must lie inside the window and be the
 element actually drawn at its own centre (an overflow that hides or covers it does not count), and
-the page must not scroll sideways."""
+the page must not scroll sideways; the bench charts of 200 nodes x 8 GPUs stay under 600 pixels high
+and inside the window, with no label running into its bars."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from dltune.model import AREAS
 SCREEN_WIDTH = 1400
 # What a large audit produces: every area, several checks in each, long check ids and subjects.
 CHECKS_PER_AREA = 7
+GPUS_PER_NODE = 8
+# A chart at 200 x 8 GPUs fits one screen's height (it grew 22 px per GPU: 35,000 px).
+CHART_MAX_HEIGHT = 600
 
 MEASURE = """
 <script>
@@ -33,7 +37,22 @@ window.addEventListener("load", () => {
   });
   const out = document.createElement("pre");
   out.id = "measured";
+  const charts = [...document.querySelectorAll("svg")].map((svg) => {
+    const box = svg.getBoundingClientRect();
+    const labels = [...svg.querySelectorAll("text")].filter((t) => t.getAttribute("x") === "0"
+      && Number(t.getAttribute("y")) > 20);
+    return {
+      title: svg.querySelector("title").textContent,
+      width: box.width, height: box.height, right: box.right,
+      widest_label: Math.max(0, ...labels.map((t) => t.getBBox().width)),
+      text_right: Math.max(...[...svg.querySelectorAll("text")]
+        .map((t) => t.getBBox().x + t.getBBox().width)),
+      svg_width: svg.width.baseVal.value,
+      first_bar: Math.min(...[...svg.querySelectorAll("rect")].map((r) => Number(r.getAttribute("x")))),
+    };
+  });
   out.textContent = JSON.stringify({
+    charts: charts,
     headers: found,
     scrollWidth: document.documentElement.scrollWidth,
     innerWidth: window.innerWidth,
@@ -76,6 +95,29 @@ def write_nodes(directory: Path, count: int) -> None:
             "results": results,
         }
         (directory / f"gpu-node-{n:03d}.audit.json").write_text(json.dumps(document))
+        # The bench of an 8-GPU node: one matmul figure per GPU, one training figure per node.
+        bench = [
+            {
+                "id": "bench.matmul",
+                "area": "bench",
+                "status": "pass",
+                "subject": f"cuda:{g}:bf16",
+                "summary": "bf16 matmul",
+                "metrics": {"tflops": rng.uniform(760.0, 800.0) if rng.random() > 0.005 else 450.0},
+            }
+            for g in range(GPUS_PER_NODE)
+        ]
+        bench.append(
+            {
+                "id": "bench.train_synthetic",
+                "area": "bench",
+                "status": "pass",
+                "subject": "cuda:0",
+                "summary": "resnet50",
+                "metrics": {"images_per_s": rng.uniform(2000.0, 3000.0)},
+            }
+        )
+        (directory / f"gpu-node-{n:03d}.bench.json").write_text(json.dumps({**document, "results": bench}))
 
 
 def test_two_hundred_nodes_fit_a_1400_pixel_screen(tmp_path: Path) -> None:
@@ -114,3 +156,13 @@ def test_two_hundred_nodes_fit_a_1400_pixel_screen(tmp_path: Path) -> None:
         assert header["left"] >= 0 and header["right"] <= SCREEN_WIDTH, header
         assert header["drawn"], f"{header['text']} is covered or clipped"
     assert measured["scrollWidth"] <= SCREEN_WIDTH, "the page scrolls sideways"
+    charts = measured["charts"]
+    assert {c["title"] for c in charts} == {
+        "matmul bf16 per GPU",
+        "training throughput (synthetic data) per node",
+    }
+    for chart in charts:
+        assert chart["height"] <= CHART_MAX_HEIGHT and chart["right"] <= SCREEN_WIDTH, chart
+        # Every label ends before the bars begin: none is clipped by or drawn over a bar.
+        assert 0 < chart["widest_label"] <= chart["first_bar"], chart
+        assert chart["text_right"] <= chart["svg_width"], f"a text runs out of its chart: {chart}"

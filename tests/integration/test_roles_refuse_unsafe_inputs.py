@@ -33,7 +33,7 @@ from tests.conftest import REPO_ROOT, load_role_module
 
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 pytestmark = pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed")
-paths_filter = load_role_module("roles/dltune/filter_plugins/dltune_paths.py")
+paths_filter = load_role_module("plugins/filter/dltune_paths.py")
 SHARED_CHECK = "Refuse paths and mount options that are not safe, before any change, for "
 
 
@@ -57,7 +57,7 @@ def run_role(
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "ansible.cfg").write_text(
         "[defaults]\n"
-        f"roles_path = {REPO_ROOT / 'roles'}\n"
+        f"collections_path = {REPO_ROOT / 'collections'}\n"
         "forks = 4\ngathering = explicit\nretry_files_enabled = false\n"
         f"local_tmp = {workdir / 'ansible-tmp'}\n"
         "fact_caching = memory\ninterpreter_python = auto_silent\n"
@@ -68,7 +68,7 @@ def run_role(
     (workdir / "inventory.json").write_text(json.dumps(inventory))
     (workdir / "play.yml").write_text(
         f"- name: Apply {role} with each host's variables\n  hosts: all\n  gather_facts: false\n"
-        f"  roles:\n    - role: {role}\n"
+        f"  roles:\n    - role: dltune.cluster.{role}\n"
     )
     argv = [
         str(ANSIBLE_PLAYBOOK),
@@ -664,8 +664,8 @@ FIRST_REMOVAL = {
 
 
 MANIFEST_WRITE = (
-    "dltune : Ensure the manifest directory exists",
-    "dltune : Ensure the manifest fragment describes",
+    "dltune.cluster.dltune : Ensure the manifest directory exists",
+    "dltune.cluster.dltune : Ensure the manifest fragment describes",
 )
 
 

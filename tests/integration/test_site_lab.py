@@ -1,5 +1,7 @@
-"""`ansible-playbook site.yml -i inventory` on the lab nodes (real systemd containers), twice, then
-`dltune audit` on each node as an ordinary user. Needs `make lab`; CI sets DLTUNE_LAB_REQUIRED=1
+"""The collection as an admin installs it (`make collection`, `ansible-galaxy collection install`), then
+`ansible-playbook dltune.cluster.site -i inventory` from it on the lab nodes (real systemd containers),
+twice, then `dltune audit` on each node as an ordinary user; the later tests run the checkout's
+playbooks (the same collection, through collections/). Needs `make lab`; CI sets DLTUNE_LAB_REQUIRED=1
 so that a missing lab fails instead of skipping."""
 
 from __future__ import annotations
@@ -87,10 +89,49 @@ def audit_as_nobody(node: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_site_converges_idempotently_and_nodes_audit_clean(lab: None) -> None:
-    first = ansible_playbook("site.yml", "-i", "inventory")
-    assert first.returncode == 0, first.stdout[-4000:]
-    second = ansible_playbook("site.yml", "-i", "inventory")
+@pytest.fixture(scope="module")
+def installed_collection(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of an admin's controller: dltune.cluster built by `make collection` (the wheels
+    inside) and installed offline into a folder of its own, which is the only collections path; no
+    roles path, no DLTUNE_WHEELHOUSE. The checkout's roles and its collections/ link are out of reach."""
+    built = subprocess.run(
+        ["make", "-s", "collection"], cwd=REPO_ROOT, capture_output=True, text=True, check=False, timeout=600
+    )
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    version = yaml.safe_load((REPO_ROOT / "galaxy.yml").read_text())["version"]
+    artifact = REPO_ROOT / f"build/dltune-cluster-{version}.tar.gz"
+    target = tmp_path_factory.mktemp("controller")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "DLTUNE_"))}
+    env |= {"ANSIBLE_COLLECTIONS_PATH": str(target / "collections")}
+    env |= {"ANSIBLE_ROLES_PATH": str(target / "roles")}
+    installed = subprocess.run(
+        ["ansible-galaxy", "collection", "install", "--offline", str(artifact)],
+        cwd=target, env=env, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    # The lab inventory's connection settings (docker, the VM's SSH) come with it; ansible.cfg does not.
+    env |= {"ANSIBLE_CONFIG": str(target / "ansible.cfg")}
+    (target / "ansible.cfg").write_text(
+        "[defaults]\ninterpreter_python = auto_silent\nforks = 25\n[connection]\npipelining = true\n"
+    )
+    return env
+
+
+def test_site_converges_idempotently_and_nodes_audit_clean(
+    lab: None, installed_collection: dict[str, str]
+) -> None:
+    """Run from the installed collection (`dltune.cluster.site`), its role `dltune` installing dltune
+    from the wheels the collection carries."""
+    site = ["ansible-playbook", "dltune.cluster.site", "-i", str(REPO_ROOT / "inventory")]
+    env, cwd = installed_collection, installed_collection["ANSIBLE_COLLECTIONS_PATH"]
+    first = subprocess.run(site, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=900)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    # Each node's wheelhouse is the one inside the installed collection, byte for byte.
+    carried = Path(cwd) / "ansible_collections/dltune/cluster/roles/dltune/files/wheelhouse.tar"
+    shipped = hashlib.sha256(carried.read_bytes()).hexdigest()
+    for node in NODES:
+        assert docker_exec(node, "sha256sum", "/opt/dltune/wheelhouse.tar").split()[0] == shipped, node
+    second = subprocess.run(site, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=900)
     assert second.returncode == 0, second.stdout[-4000:]
     for node in (*NODES, CONTROLLER):
         assert re.search(rf"^{node}\s*:.*changed=0", second.stdout, re.M), second.stdout[-2000:]
@@ -296,6 +337,47 @@ def test_a_data_parallel_bench_spans_two_lab_nodes_through_slurm(lab: None) -> N
     assert f"{NODES[1]} took part" in job.stderr
 
 
+def find_slow_over_the_lab() -> dict[str, dict[str, Any]]:
+    """`dltune bench --multi-node --find-slow` as one srun task per lab node: each node's result."""
+    bench = ["/opt/dltune-bench/bin/dltune", "bench", "--multi-node", "--find-slow", "--device", "cpu",
+             "--format", "json"]  # fmt: skip
+    job = srun_as_alice("--nodes=3", "--ntasks-per-node=1", *bench, timeout=900)
+    assert job.returncode in (0, 1), job.stderr[-3000:]
+    report = json.loads(job.stdout)  # one document: only the first node prints
+    return {r["subject"]: r for r in report["results"] if r["id"] == "bench.slow_node"}
+
+
+def docker_inspect_quota(node: str) -> str:
+    done = subprocess.run(["docker", "inspect", "-f", "{{.HostConfig.CpuQuota}}", node], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+def test_find_slow_names_the_node_whose_cpus_were_cut_and_none_before(lab: None) -> None:
+    """Real gloo all-reduces between the lab's nodes (CPU processes stand in for GPUs): with no node
+    slowed, no node is named; with node3's container cut to a fifth of a CPU (`docker update --cpus`,
+    a real cgroup quota), node3 and only node3 is named, with its figures and its retest."""
+    assert all(docker_inspect_quota(node) in ("0", "-1") for node in NODES), "a lab node has a CPU quota left"
+    clean = find_slow_over_the_lab()
+    assert sorted(clean) == sorted(NODES)
+    assert {node: r["status"] for node, r in clean.items()} == dict.fromkeys(NODES, "pass"), clean
+    slow = NODES[2]
+    # A CFS quota of 20 ms per 100 ms, lifted again with -1 (`--cpus 0` would leave the limit in place).
+    subprocess.run(["docker", "update", "--cpu-period", "100000", "--cpu-quota", "20000", slow], check=True,
+                   capture_output=True)  # fmt: skip
+    try:
+        throttled = find_slow_over_the_lab()
+    finally:
+        subprocess.run(["docker", "update", "--cpu-quota", "-1", slow], check=True, capture_output=True)
+    assert docker_inspect_quota(slow) == "-1"
+    statuses = {node: r["status"] for node, r in throttled.items()}
+    assert statuses == {NODES[0]: "pass", NODES[1]: "pass", slow: "warn"}, throttled
+    named = throttled[slow]
+    assert f"{slow} holds the job back" in named["summary"] and named["evidence"]["retest"]["busbw_gb_s"]
+    assert named["metrics"]["share_of_median"] < 0.8
+    assert len(named["evidence"]["rounds"]) == 2  # 3 nodes: each meets the other two
+
+
 def test_bench_playbook_adds_the_multi_node_run_to_the_first_nodes_row(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """playbooks/bench.yml on two lab nodes with dltune_bench_multinode: each node's own bench (short
     sections only: 2 cores), then one srun step over both; the report shows the multi-node results in
@@ -455,7 +537,7 @@ def health_runs(node: str) -> float:
     done = subprocess.run(
         ["docker", "exec", node, "cat", HEALTH_TEXTFILE], capture_output=True, text=True, check=False
     )
-    found = re.search(r"^dltune_audit_timestamp_seconds (\S+)$", done.stdout, re.MULTILINE)
+    found = re.search(r"^dltune_audit_last_run_timestamp_seconds (\S+)$", done.stdout, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
 
 
@@ -525,7 +607,9 @@ def test_slurm_runs_dltune_as_its_health_check_within_the_drain_limit_and_flap_d
         admin = "maintenance: PSU swap"
         docker_exec(CONTROLLER, "scontrol", "update", f"nodename={second}", "state=drain", f"reason={admin}")
         gpu_fault(second, True)
-        assert 'id="gpu.ecc"' in after_runs(second, 2) and slurm_node(second)[1] == admin
+        ecc_fail = r'dltune_check_status\{check="gpu.ecc",[^}]*status="fail"\} 1.0'
+        failing = re.search(ecc_fail, after_runs(second, 2))
+        assert failing and slurm_node(second)[1] == admin, slurm_node(second)
         gpu_fault(second, False)
         after_runs(second, 2)
         assert "DRAIN" in slurm_node(second)[0] and slurm_node(second)[1] == admin, slurm_node(second)
@@ -543,10 +627,10 @@ def test_slurm_runs_dltune_as_its_health_check_within_the_drain_limit_and_flap_d
         in_service = [n for n in NODES if "DRAIN" not in slurm_node(n)[0]]
         assert len(in_service) == 1, [slurm_node(n) for n in NODES]
         textfile = after_runs(in_service[0], 1)
-        assert re.search(r'dltune_check_status\{id="system.drain_limit".*status="warn"', textfile), textfile
-        assert re.search(
-            r'dltune_check_metric\{id="system.drain_limit".*metric="drained_nodes"\} 2.0', textfile
+        assert re.search(r'dltune_check_status\{check="system.drain_limit".*status="warn"\} 1.0', textfile), (
+            textfile
         )
+        assert re.search(r'dltune_system_drained_nodes\{check="system.drain_limit"\} 2.0', textfile), textfile
         for node in NODES:
             gpu_fault(node, False)
         for node in NODES:

@@ -6,17 +6,19 @@ PY="${PYTHON:-$( [ -x "$REPO_ROOT/.venv/bin/python" ] && echo "$REPO_ROOT/.venv/
 mkdir -p "$WHEELHOUSE"
 rm -f "$WHEELHOUSE"/*.whl   # no stale versions beside the ones pyproject.toml asks for
 "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$WHEELHOUSE" "$REPO_ROOT"
-requirements=$("$PY" - "$REPO_ROOT/pyproject.toml" <<'PY'
-import sys, tomllib
-print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))
-PY
-)
-for pyver in 3.10 3.11 3.12; do
-  # shellcheck disable=SC2086
-  printf '%s\n' "$requirements" | "$PY" -m pip download --quiet --dest "$WHEELHOUSE" \
-    --only-binary=:all: --python-version "$pyver" --platform manylinux2014_x86_64 \
-    --platform manylinux_2_17_x86_64 --implementation cp -r /dev/stdin 2>&1 \
-    | { grep -v "^WARNING: Location" || true; } >&2
+# The runtime dependencies as pyproject.toml lists them (a line per quoted requirement, without tomllib:
+# the script needs only a python3 with pip, 3.10 included).
+requirements=$(sed -n '/^dependencies = \[/,/^\]/p' "$REPO_ROOT/pyproject.toml" | sed -n 's/^ *"\([^"]*\)".*/\1/p')
+[ -n "$requirements" ] || die "no dependencies found in $REPO_ROOT/pyproject.toml"
+# Every node kind the bench's spec table knows: x86_64 servers and aarch64 (GH200, GB200) ones.
+for arch in x86_64 aarch64; do
+  for pyver in 3.10 3.11 3.12; do
+    # shellcheck disable=SC2086
+    printf '%s\n' "$requirements" | "$PY" -m pip download --quiet --dest "$WHEELHOUSE" \
+      --only-binary=:all: --python-version "$pyver" --platform manylinux2014_$arch \
+      --platform manylinux_2_17_$arch --platform manylinux_2_28_$arch --implementation cp -r /dev/stdin 2>&1 \
+      | { grep -v "^WARNING: Location" || true; } >&2
+  done
 done
 # One reproducible archive too: the dltune role ships it to nodes in a single transfer.
 tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$WHEELHOUSE" -cf "$WHEELHOUSE.tar" .

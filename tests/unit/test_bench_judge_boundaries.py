@@ -296,8 +296,8 @@ def test_memory_above_the_published_bandwidth_beyond_the_tolerance_is_unreliable
     assert broken == Result(
         "bench.memory",
         Status.WARN,
-        "device copy: unreliable measurement: 2040 GB/s, above the card's published 2000 GB/s is above what "
-        "the hardware can do",
+        "device copy: unreliable measurement: 2040 GB/s (102% of the card's published 2000 GB/s) is above "
+        "what the hardware can do",
         subject="cuda:0:device copy",
         evidence={"name": "Test Card", "kind": "device copy", "spread": None},
         metrics={"gb_s": above(at_limit)},

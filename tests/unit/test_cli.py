@@ -78,6 +78,33 @@ def test_usage_errors_exit_two_and_name_the_option() -> None:
 def test_version() -> None:
     out = runner.invoke(app, ["version"])
     assert out.exit_code == 0 and out.stdout.strip() == __version__
+    # --version answers before any command, and whatever follows it is not run.
+    eager = runner.invoke(app, ["--version", "audit", "--root", "/nonexistent"])
+    assert eager.exit_code == 0 and eager.stdout == f"dltune {__version__}\n"
+
+
+def test_python_m_dltune_is_the_same_command_line() -> None:
+    """`python -m dltune` where only the package is on the path (a wheel installed with --target)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune", "--version"], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, f"dltune {__version__}\n"), done.stderr
+    usage = subprocess.run(
+        [sys.executable, "-m", "dltune", "audit", "--format", "yaml"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr
+
+
+def test_shell_completion_is_offered() -> None:
+    out = runner.invoke(app, ["--help"])
+    assert "--install-completion" in out.stdout and "--show-completion" in out.stdout
 
 
 def test_bench_usage_errors_name_the_option_before_anything_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,7 +18,16 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from dltune.cli import app
-from dltune.cluster import bench_charts, firmware_outliers, load, merged_json, render_html, render_summary
+from dltune.cluster import (
+    NodeReport,
+    bench_charts,
+    firmware_outliers,
+    load,
+    merged_json,
+    render_html,
+    render_summary,
+)
+from dltune.report import STATUS_COLOUR
 from tests.fuzzing import FUZZ
 
 NOW = datetime.now(timezone.utc)
@@ -115,10 +125,45 @@ def test_cli_writes_summary_json_and_html(tmp_path: Path) -> None:
     assert "node4" in text and "crashed" in text
 
 
-def test_an_outlier_gpu_is_drawn_in_the_outlier_colour(tmp_path: Path) -> None:
+def test_an_outlier_gpu_is_drawn_in_the_colour_of_its_verdict(tmp_path: Path) -> None:
+    """The bench calls an outlier a warn: its bar is the warn colour (it was the fail red)."""
     charts = bench_charts(load([write_fleet(tmp_path)]))
     bf16 = next(c for c in charts if "matmul bf16" in c)
-    assert bf16.count('fill="#c62828"') == 1 and bf16.count('fill="#2e7d32"') == 1
+    assert (
+        bf16.count(f'fill="{STATUS_COLOUR["warn"]}"') == 1
+        and bf16.count(f'fill="{STATUS_COLOUR["pass"]}"') == 1
+    )
+    assert STATUS_COLOUR["fail"] not in bf16
+
+
+def test_200_nodes_of_8_gpus_stay_one_screen_high_and_the_slow_gpus_are_named() -> None:
+    """1,600 GPUs grew the chart 22 px each (35,000 px): now the 20 lowest are bars, named, and every
+    GPU is one tick on a strip above them; long labels are cut to fit and whole in their tooltip."""
+    nodes = []
+    for n in range(200):
+        results = [
+            {
+                "id": "bench.matmul",
+                "area": "bench",
+                "status": "pass",
+                "subject": f"cuda:{g}:bf16",
+                "summary": "x",
+                "metrics": {"tflops": 700.0 - (300.0 if (n, g) in ((17, 3), (150, 0)) else 0.0) + g},
+            }
+            for g in range(8)
+        ]
+        nodes.append(NodeReport(f"gpu-node-with-a-long-site-name-{n:03d}.cluster.example.org", results))
+    (chart,) = bench_charts(nodes)
+    height = int(re.search(r'height="(\d+)"', chart).group(1))  # type: ignore[union-attr]
+    assert height < 600
+    assert chart.count("<rect") == 20 and chart.count("<line") == 1600 + 1
+    assert "all 1600: 2 below 85% of the best" in chart
+    bars = re.findall(r'<text x="0" y="\d+" font-size="12"><title>([^<]*)</title>([^<]*)</text>', chart)
+    assert len(bars) == 20
+    site = "gpu-node-with-a-long-site-name-{}.cluster.example.org"
+    assert [full for full, _ in bars[:2]] == [site.format("150") + " cuda:0", site.format("017") + " cuda:3"]
+    assert bars[0][1] == (site.format("150") + " cuda:0")[:37] + "\u2026"
+    assert chart.count(f'fill="{STATUS_COLOUR["warn"]}"') == 2
 
 
 def test_all_healthy_exits_zero(tmp_path: Path) -> None:
@@ -191,7 +236,9 @@ def test_one_malformed_node_file_is_that_node_invalid_and_the_fleet_still_report
     assert nodes["node1"].healthy
     outcome = CliRunner().invoke(app, ["report", str(reports), "--html", str(tmp_path / "r.html")])
     assert outcome.exit_code == 1, outcome.output
-    assert "INVALID: BAD.JSON" in outcome.output
+    # The kind in capitals, the reason as given: the file's name keeps its case (it was upper-cased).
+    assert "INVALID" in outcome.output and "invalid: bad.json" in outcome.output
+    assert "BAD.JSON" not in outcome.output
     assert "invalid: bad.json" in (tmp_path / "r.html").read_text()
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dltune.probes.mounts import parse_fstab
 from tests.conftest import load_role_module
 
-filters = load_role_module("roles/data_disks/filter_plugins/data_disks.py")
+filters = load_role_module("plugins/filter/data_disks.py")
 
 FSTAB = """# /etc/fstab: static file system information.
 UUID=1111 / ext4 errors=remount-ro 0 1

@@ -1,4 +1,4 @@
-"""The shared input check of every role (roles/dltune/filter_plugins/dltune_paths.py): paths by
+"""The shared input check of every role (plugins/filter/dltune_paths.py): paths by
 allow-list, mount option lists as they are joined, rollback paths against the record; and data_disks'
 mount point check (empty, or already this disk). Pure functions, fed with values and probe results."""
 
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from tests.conftest import load_role_module
 from tests.fuzzing import FUZZ
 
-paths = load_role_module("roles/dltune/filter_plugins/dltune_paths.py")
-disks = load_role_module("roles/data_disks/filter_plugins/data_disks.py")
+paths = load_role_module("plugins/filter/dltune_paths.py")
+disks = load_role_module("plugins/filter/data_disks.py")
 SYSTEM = sorted(paths.SYSTEM_DIRS)
 SCRATCH = ["/localscratch", "/scratch", "/var/tmp", "/mnt", "/raid"]
 

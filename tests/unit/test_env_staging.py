@@ -8,7 +8,13 @@ from pathlib import Path
 import yaml
 
 from dltune.checks.env import cublas_workspace, node_files
-from dltune.checks.job_scratch import REMOTE_FSTYPES, is_remote, slurm_hooks, slurm_tmpdir
+from dltune.checks.job_scratch import (
+    DEFAULT_MIN_FREE_GB,
+    REMOTE_FSTYPES,
+    is_remote,
+    slurm_hooks,
+    slurm_tmpdir,
+)
 from dltune.model import Status
 from dltune.probes import collect_snapshot
 from dltune.probes.jobenv import parse_env_file, parse_slurm_conf
@@ -139,6 +145,31 @@ def test_job_dir_with_little_room_warns_and_outside_a_job_skips() -> None:
     small = PathInfo(exists=True, is_dir=True, uid=1000, mode=0o700, fstype="ext4", free_bytes=10**9)
     assert slurm_tmpdir(snap(IN_JOB, paths={"/localscratch/alice.7": small})).status is Status.WARN
     assert slurm_tmpdir(snap()).status is Status.SKIP
+
+
+def free(free_bytes: int) -> dict[str, PathInfo]:
+    return {
+        "/localscratch/alice.7": PathInfo(
+            exists=True, is_dir=True, uid=1000, mode=0o700, fstype="ext4", free_bytes=free_bytes
+        )
+    }
+
+
+def test_little_room_is_judged_at_the_roles_threshold_or_ten_gb() -> None:
+    """Without a recorded threshold, 10 GB: one byte below warns, exactly 10 GB passes. The role's
+    slurm_tmpdir_min_free_gb (manifest min_free_gb) moves the line both ways, and the warning names it."""
+    assert DEFAULT_MIN_FREE_GB == 10
+    assert slurm_tmpdir(snap(IN_JOB, paths=free(10 * 10**9 - 1))).status is Status.WARN
+    assert slurm_tmpdir(snap(IN_JOB, paths=free(10 * 10**9))).status is Status.PASS
+    lab = {"dl_env": DL_ENV, "slurm_tmpdir": {**SLURM, "min_free_gb": 1.5}}
+    assert slurm_tmpdir(snap(IN_JOB, paths=free(2 * 10**9), expected=lab)).status is Status.PASS
+    low = slurm_tmpdir(snap(IN_JOB, paths=free(15 * 10**8 - 1), expected=lab))
+    assert low.status is Status.WARN and "below 1.5 GB" in low.summary
+    assert low.evidence["min_free_gb"] == 1.5
+    strict = {"dl_env": DL_ENV, "slurm_tmpdir": {**SLURM, "min_free_gb": 500}}
+    assert slurm_tmpdir(snap(IN_JOB, paths=free(400 * 10**9), expected=strict)).status is Status.WARN
+    never = {"dl_env": DL_ENV, "slurm_tmpdir": {**SLURM, "min_free_gb": 0}}
+    assert slurm_tmpdir(snap(IN_JOB, paths=free(0), expected=never)).status is Status.PASS
 
 
 def hook_paths() -> dict[str, PathInfo]:

@@ -630,8 +630,16 @@ def test_a_gpu_with_no_nvlink_where_the_site_expects_some_fails_critically() -> 
 
 
 def test_a_pcie_card_without_nvlink_is_a_skip_named_by_its_index_without_a_uuid() -> None:
+    """No link answers (a PCIe card, or an SXM card alone in a VM, as the lab's H200 SXM was): a skip
+    that does not claim which; links never read are a skip that says so."""
+    assert judge_nvlink((), uuid=None) == Result(
+        "fabric.nvlink",
+        Status.SKIP,
+        "GPU 0 reports no NVLink (a PCIe card, or links this VM or container does not see)",
+        "0",
+    )
     assert judge_nvlink(None, uuid=None) == Result(
-        "fabric.nvlink", Status.SKIP, "GPU 0 has no NVLink (a PCIe card)", "0"
+        "fabric.nvlink", Status.SKIP, "GPU 0: NVLink state not read", "0"
     )
 
 
@@ -851,3 +859,13 @@ def test_a_gpu_s_topology_against_the_site_s_expectations(
     found: dict[str, Any], numa_wanted: object, nics_wanted: object, status: Status, summary: str
 ) -> None:
     assert fabric.judge_gpu_topology(found, numa_wanted, nics_wanted) == (status, summary)
+
+
+def test_nvlink_errors_are_listed_in_link_order_not_string_order() -> None:
+    """An HGX H100 GPU has 18 links: link 2 comes before link 10 (string order put 10 first)."""
+    gpu_links = tuple(NvLink(n, True, recovery_errors=20 if n in (2, 10, 17) else 0) for n in range(18))
+    result = judge_nvlink(gpu_links)
+    assert result.status is Status.WARN
+    assert result.summary.startswith(
+        "GPU 0: NVLink errors: link 2 recovery 20; link 10 recovery 20; link 17 recovery 20"
+    )

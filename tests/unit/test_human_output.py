@@ -98,3 +98,74 @@ def test_the_bench_gate_names_why_the_bench_does_not_run() -> None:
     no_torch = bench_gate([], {}, torch_installed=False, asked_not_to=False)
     assert no_torch is not None and "pip install 'dltune[bench]'" in (no_torch.remedy or "")
     assert bench_gate([], {}, torch_installed=True, asked_not_to=True) is not None
+
+
+def test_gpus_show_as_their_index_and_passes_fold_into_one_line() -> None:
+    """On an 8-GPU node the idx:UUID subject took a third of the width and PASS rows filled the screen:
+    the table names a GPU by index (JSON keeps the UUID) and folds passes as it folds skips."""
+    uuid = "GPU-416fcfbe-0a03-edba-6935-b6410d25ea7e"
+    results = [
+        Result("gpu.ecc", Status.PASS, "no uncorrected ECC errors", subject=f"{i}:{uuid[:-1]}{i}")
+        for i in range(8)
+    ]
+    results.append(Result("gpu.thermal_power", Status.WARN, "91 C, throttled", subject=f"3:{uuid}"))
+    results.append(Result("storage.nvme_health", Status.SKIP, "no NVMe data disk"))
+    text = rendered(results)
+    assert row_statuses(text) == ["WARN"] and "│ GPU 3 " in text and "GPU-" not in text
+    assert "8 passed, 1 skipped (not applicable on this node): `dltune audit --all` lists them" in text
+    every = rendered(results, show_all=True)
+    # Eight passes of one check take one row ("8 subjects"), its others named by index too.
+    assert row_statuses(every) == ["WARN", "PASS", "SKIP"] and "--all" not in every
+    assert "8 subjects" in every and "more: GPU 1, GPU 2," in every and "GPU-" not in every
+    clean = rendered([r for r in results if r.status is Status.PASS])
+    assert row_statuses(clean) == [] and "dltune audit of node1: no findings" in clean
+    assert "8 passed: `dltune audit --all` lists them" in clean
+
+
+def test_check_never_folds_the_bench_it_was_asked_to_run() -> None:
+    """`dltune check` with no PyTorch: the bench's own skip reason is a row, not part of "N skipped"."""
+    results = [
+        Result("gpu.ecc", Status.PASS, "no uncorrected ECC errors", subject="0"),
+        Result("storage.nvme_health", Status.SKIP, "no NVMe data disk"),
+        Result("bench.run", Status.SKIP, "bench not run: PyTorch is not installed (pip install torch)"),
+    ]
+    out = io.StringIO()
+    render_human(
+        results, Console(file=out, width=WIDTH), "node1", what="check", asked=frozenset({"bench.run"})
+    )
+    text = out.getvalue()
+    assert row_statuses(text) == ["SKIP"] and "PyTorch is not installed" in text
+    assert "1 passed, 1 skipped (not applicable on this node): `dltune check --all` lists them" in text
+    assert "PyTorch" not in rendered(results)  # not asked for: folded like any skip
+
+
+def test_at_scale_the_summary_rolls_findings_up_by_check_and_bounds_the_node_table(tmp_path: Path) -> None:
+    """300 nodes, 60 of them with the same ECC failure and a few with their own finding: the summary
+    opens with "gpu.ecc fail on 60 node(s)", shows at most 40 node rows, and says how many more."""
+    for i in range(240):
+        node_file(tmp_path, f"ok{i:03d}", ["pass"])
+    for i in range(60):
+        node = {
+            "schema_version": 1,
+            "host": f"gpu{i:03d}",
+            "valid_until": "2999-01-01T00:00:00+00:00",
+            "results": [{"id": "gpu.ecc", "area": "gpu", "status": "fail", "subject": "0", "summary": "ECC"}]
+            + (
+                [{"id": "storage.tmp_tmpfs", "area": "storage", "status": "warn", "summary": "x"}]
+                if i < 3
+                else []
+            ),
+        }
+        (tmp_path / f"gpu{i:03d}.audit.json").write_text(json.dumps(node))
+    out = io.StringIO()
+    render_summary(load([tmp_path]), Console(file=out, width=WIDTH))
+    text = out.getvalue()
+    assert "  gpu.ecc fail on 60 node(s): gpu000, gpu001, gpu002, gpu003, gpu004, ... (55 more)" in text
+    assert "  storage.tmp_tmpfs warn on 3 node(s): gpu000, gpu001, gpu002" in text
+    assert text.index("gpu.ecc fail on 60") < text.index("┃ node")
+    node_rows = [line for line in text.splitlines() if line.startswith("│ gpu")]
+    assert len(node_rows) == 40 and "+20 more node(s) with findings: `dltune report --all` lists them" in text
+    assert len(text.splitlines()) < 70
+    every = io.StringIO()
+    render_summary(load([tmp_path]), Console(file=every, width=WIDTH), show_all=True)
+    assert len([line for line in every.getvalue().splitlines() if line.startswith("│ gpu")]) == 60

@@ -16,7 +16,7 @@ from dltune.probes.mounts import parse_mountinfo
 from tests.conftest import load_role_module
 from tests.real_corpus import Sample, samples
 
-filters = load_role_module("roles/slurm_tmpdir/filter_plugins/slurm_tmpdir.py")
+filters = load_role_module("plugins/filter/slurm_tmpdir.py")
 
 
 def paths_of(text: str) -> list[str]:

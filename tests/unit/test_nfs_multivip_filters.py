@@ -1,6 +1,6 @@
-"""nfs_multivip's input validation (roles/nfs_multivip/filter_plugins/nfs_multivip.py) against
+"""nfs_multivip's input validation (plugins/filter/nfs_multivip.py) against
 Ansible facts shaped like a two-NIC node's, and its route module's decision per VIP
-(roles/nfs_multivip/library/nfs_multivip_routes.py; the routes themselves: molecule and the lab)."""
+(plugins/modules/nfs_multivip_routes.py; the routes themselves: molecule and the lab)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import load_role_module
 from tests.real_corpus import Sample, samples
 
-errors_of = load_role_module("roles/nfs_multivip/filter_plugins/nfs_multivip.py").nfs_multivip_errors
+errors_of = load_role_module("plugins/filter/nfs_multivip.py").nfs_multivip_errors
 FACTS = {
     "interfaces": ["lo", "em1", "em2", "eno1"],
     "em1": {"ipv4": {"address": "10.21.115.112"}},
@@ -63,7 +63,7 @@ def test_a_route_that_would_move_the_ansible_connection_is_refused() -> None:
 
 
 # --- module nfs_multivip_routes: which `ip route` command each VIP needs (route_change) -------------------
-routes = load_role_module("roles/nfs_multivip/library/nfs_multivip_routes.py")
+routes = load_role_module("plugins/modules/nfs_multivip_routes.py")
 VIP = {"address": "10.21.115.200", "interface": "em2", "source": "10.21.115.113"}
 
 

@@ -1,4 +1,4 @@
-"""The nfs_multivip_routes module (roles/nfs_multivip/library/nfs_multivip_routes.py) run for real, as
+"""The nfs_multivip_routes module (plugins/modules/nfs_multivip_routes.py) run for real, as
 Ansible's own unit tests run a module: its arguments in ansible.module_utils.basic._ANSIBLE_ARGS, its
 JSON result read from stdout after the SystemExit.
 
@@ -20,7 +20,7 @@ from tests.conftest import load_role_module
 from tests.real_corpus import CORPUS, load
 
 basic = pytest.importorskip("ansible.module_utils.basic")
-routes = load_role_module("roles/nfs_multivip/library/nfs_multivip_routes.py")
+routes = load_role_module("plugins/modules/nfs_multivip_routes.py")
 
 Answer = tuple[int, str, str]
 VIP = {"address": "10.21.115.6", "interface": "em1", "source": "10.21.115.112"}

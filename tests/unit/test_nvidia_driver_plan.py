@@ -1,4 +1,4 @@
-"""The nvidia_driver role's decisions (roles/nvidia_driver/library/nvidia_driver_plan.py), on real
+"""The nvidia_driver role's decisions (plugins/modules/nvidia_driver_plan.py), on real
 ubuntu-drivers, apt-cache and apt-get outputs captured in the lab's Ubuntu containers."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.conftest import REPO_ROOT, load_role_module
 pytest.importorskip("ansible")
 
 
-plan = load_role_module("roles/nvidia_driver/library/nvidia_driver_plan.py")
+plan = load_role_module("plugins/modules/nvidia_driver_plan.py")
 
 # jammy, A100, linux-image-generic installed
 A100_WITH_KERNEL = """\

@@ -1,4 +1,4 @@
-"""The nvidia_driver_plan module (roles/nvidia_driver/library/nvidia_driver_plan.py) run for real, as
+"""The nvidia_driver_plan module (plugins/modules/nvidia_driver_plan.py) run for real, as
 Ansible's own unit tests run a module: its arguments in ansible.module_utils.basic._ANSIBLE_ARGS, its
 JSON result read from stdout after the SystemExit.
 
@@ -35,7 +35,7 @@ from tests.unit.test_nvidia_driver_plan import (
 )
 
 basic = pytest.importorskip("ansible.module_utils.basic")
-plan = load_role_module("roles/nvidia_driver/library/nvidia_driver_plan.py")
+plan = load_role_module("plugins/modules/nvidia_driver_plan.py")
 
 Answer = tuple[int, str, str]
 
@@ -1085,3 +1085,25 @@ def test_an_upgrade_in_the_simulation_gives_the_version_apt_would_install_not_th
 
 def test_a_three_word_inst_line_still_names_its_version() -> None:
     assert plan.simulated_version("Inst nvidia-utils-580 (580.1", "nvidia-utils-580") == "580.1"
+
+
+def test_a_simulation_that_names_no_userspace_version_claims_no_reboot(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, proc: Proc
+) -> None:
+    """Nothing installed, and apt's simulation has no `Inst` line for the utils package (only the
+    other packages': the version apt would bring is unknown). The plan says so (no userspace version)
+    and claims no reboot, instead of reading a version out of nothing or failing with a traceback."""
+    proc.text = real("nvidia_version", "open_570_jammy")
+    sys_dir = sysfs(tmp_path, gpus=8)
+    simulation = SIMULATION_NOTE + f"Inst nvidia-headless-no-dkms-580-server ({V580} {JAMMY})\n"
+    node = Node(
+        listing=A100_WITH_KERNEL, recommended=(0, A100_RECOMMENDED, ""), simulation=(0, simulation, "")
+    )
+    result = run_plan(monkeypatch, capsys, node, **planning(sys_dir))
+    assert "failed" not in result, result
+    assert result["missing"] == result["packages"]
+    assert (result["module_loaded"], result["userspace_version"], result["reboot_needed"]) == (
+        True,
+        None,
+        False,
+    )

@@ -58,7 +58,7 @@ def test_host_text_is_never_read_as_markup() -> None:
             subject="/data/[/bold]x",
             remedy="remount [red]now[/red]",
         ),
-        Result("bench.threads", Status.PASS, "pip install 'dltune[bench]'"),
+        Result("bench.threads", Status.WARN, "pip install 'dltune[bench]'"),
     ]
     render_human(results, Console(file=out, width=200), "node[1]")
     text = out.getvalue()
@@ -102,19 +102,22 @@ def test_a_stacked_mount_is_judged_once_and_prometheus_series_are_unique(tmp_pat
     mount; node_exporter rejects a textfile with two identical series."""
     _rc, prom = audit(odd_tree(tmp_path), "--format", "prometheus")
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    values: list[tuple[str, tuple[tuple[str, str], ...], float]] = []
     for family in text_string_to_metric_families(prom.decode("utf-8")):
         for sample in family.samples:
             key = (sample.name, tuple(sorted(sample.labels.items())))
             assert key not in seen, key
             seen.add(key)
+            values.append((*key, sample.value))
     scratch = [
-        labels
-        for name, labels in seen
+        (labels, value)
+        for name, labels, value in values
         if name == "dltune_check_status"
-        and ("subject", "/data/scratch") in labels
-        and ("id", "storage.data_noatime") in labels
+        and ("mountpoint", "/data/scratch") in labels
+        and ("check", "storage.data_noatime") in labels
     ]
-    assert len(scratch) == 1 and ("status", "pass") in scratch[0]  # the top mount is noatime
+    # One state set (a series per status), and the top mount is noatime: its pass is the 1.
+    assert len(scratch) == 5 and [dict(labels)["status"] for labels, v in scratch if v == 1] == ["pass"]
 
 
 def test_output_paths_that_cannot_be_written_are_usage_errors_up_front(tmp_path: Path) -> None:

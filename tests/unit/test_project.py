@@ -56,7 +56,10 @@ NOT_IN_SITE = {"slurm_healthcheck": "it lets dltune drain and resume nodes: a si
 
 
 def test_site_imports_a_playbook_per_tuning() -> None:
-    site = yaml.safe_load((REPO_ROOT / "site.yml").read_text())
+    """The collection's playbooks/site.yml (dltune.cluster.site), which the checkout's site.yml imports."""
+    checkout_site = yaml.safe_load((REPO_ROOT / "site.yml").read_text())
+    assert [play["ansible.builtin.import_playbook"] for play in checkout_site] == ["playbooks/site.yml"]
+    site = yaml.safe_load((REPO_ROOT / "playbooks/site.yml").read_text())
     imported = [Path(play["ansible.builtin.import_playbook"]).stem for play in site]
     assert imported[0] == "dltune"
     for role in ROLES:

@@ -30,8 +30,8 @@ from tests.fabric_tree import pci_device, write
 from tests.real_corpus import Sample, all_samples, samples
 
 pytest.importorskip("ansible")
-plan = load_role_module("roles/nvidia_driver/library/nvidia_driver_plan.py")
-data_disks_filters = load_role_module("roles/data_disks/filter_plugins/data_disks.py")
+plan = load_role_module("plugins/modules/nvidia_driver_plan.py")
+data_disks_filters = load_role_module("plugins/filter/data_disks.py")
 
 MINIMUM_PER_KIND = 5
 

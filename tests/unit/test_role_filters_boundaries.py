@@ -30,7 +30,7 @@ from tests.unit.test_nfs_multivip_filters import FACTS, GOOD, errors_of
 from tests.unit.test_tmpfs_tmp_filters import HIDEABLE
 from tests.unit.test_tmpfs_tmp_filters import filters as tmpfs
 
-nfs = load_role_module("roles/nfs_multivip/filter_plugins/nfs_multivip.py")
+nfs = load_role_module("plugins/filter/nfs_multivip.py")
 
 RENDERED = "UUID=aaaa\t/data/a\text4\tdefaults,noatime,errors=remount-ro,nofail\t0\t2"
 FS = "UUID=abcd\nTYPE=ext4\nUSAGE=filesystem\n"
@@ -669,3 +669,42 @@ def test_what_is_inside_a_hideable_plain_directory_is_hideable_too() -> None:
     assert tmpfs.tmpfs_tmp_blocking_entries(["cache", "cache/obj.o", ".cache/x"], ["cache", ".cache"]) == [
         ".cache/x"
     ]
+
+
+@pytest.mark.parametrize("silent", [1, 2, 3])
+def test_a_probe_without_an_answer_leaves_the_disk_unknown_never_formatted(silent: int) -> None:
+    """blkid, wipefs or findmnt without stdout (skipped, or a result of another shape) on a device that
+    resolved: read as empty, a disk with data would look blank and be formatted. It is refused, naming
+    the probe, and the next tasks see no format."""
+    tools = {1: "blkid", 2: "wipefs", 3: "findmnt"}
+    probes = list(probe("/dev/loop3"))
+    probes[silent] = SKIPPED
+    p = plan(WANT, tuple(probes))
+    assert p["errors"] == [f"{NAME}: {tools[silent]} gave no answer, so what it holds is unknown"]
+    assert (p["action"], p["uuid"]) == ("use", None)
+
+
+def test_a_mount_point_directory_that_could_not_be_listed_is_refused() -> None:
+    """A directory whose listing has no answer holds something unknown: a mount there could hide data.
+    A listing that ran and printed nothing is an empty directory."""
+    assert point_errors(NOTHING, EMPTY_DIR, SKIPPED, NOTHING) == [
+        "data_disks_devices[0].mount_point=/data/a is refused: find gave no answer, so what it holds is "
+        "unknown"
+    ]
+    assert point_errors(NOTHING, EMPTY_DIR, {"rc": 0, "stdout": ""}, NOTHING) == []
+
+
+def test_a_silent_probe_on_one_disk_does_not_stop_the_next_disks_plan() -> None:
+    other = {"device": "/dev/loop4", "mount_point": "/data/b", "fstype": "ext4"}
+    silent = list(probe("/dev/loop3"))
+    silent[1] = SKIPPED
+    plans = filters.data_disks_plan(
+        [WANT, other], *[[s, b] for s, b in zip(silent, probe("/dev/loop4"), strict=True)], True, False
+    )
+    assert [p["errors"] != [] for p in plans] == [True, False] and plans[1]["action"] == "format"
+
+
+def test_findmnt_with_no_output_is_a_disk_mounted_nowhere() -> None:
+    """findmnt --source prints nothing (rc 1) for a device that is not mounted."""
+    p = plan(WANT, probe("/dev/loop3", "UUID=abcd\nTYPE=ext4\nUSAGE=filesystem\n"))
+    assert (p["mounted_at"], p["live_options"], p["errors"]) == ([], [], [])

@@ -22,8 +22,8 @@ from dltune.probes.packages import DRIVER_PACKAGE
 from tests.conftest import load_role_module
 from tests.real_corpus import samples
 
-plan = load_role_module("roles/nvidia_driver/library/nvidia_driver_plan.py")
-fstab_filters = load_role_module("roles/data_disks/filter_plugins/data_disks.py")
+plan = load_role_module("plugins/modules/nvidia_driver_plan.py")
+fstab_filters = load_role_module("plugins/filter/data_disks.py")
 
 PACKAGE_NAMES = [
     "nvidia-driver-580-server-open",

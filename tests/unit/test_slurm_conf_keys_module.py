@@ -19,7 +19,7 @@ from ansible.module_utils.testing import patch_module_args
 from tests.conftest import load_role_module
 from tests.unit.test_slurm_healthcheck_role import OURS, SITE
 
-keys_module = load_role_module("roles/slurm_healthcheck/library/slurm_conf_keys.py")
+keys_module = load_role_module("plugins/modules/slurm_conf_keys.py")
 
 # SITE with our values: the last assignment of each key replaced (the site's trailing comment goes with
 # its value), the missing key appended.

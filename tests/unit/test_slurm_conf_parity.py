@@ -16,7 +16,7 @@ from dltune.probes.jobenv import parse_slurm_conf
 from tests.conftest import load_role_module
 from tests.real_corpus import Sample, samples
 
-conf = load_role_module("roles/slurm_tmpdir/library/slurm_tmpdir_conf.py")
+conf = load_role_module("plugins/modules/slurm_tmpdir_conf.py")
 KEYS = ("prolog", "epilog", "taskprolog", "prologflags")
 
 

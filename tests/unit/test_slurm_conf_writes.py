@@ -14,8 +14,8 @@ import pytest
 
 from tests.conftest import load_role_module
 
-TMPDIR_CONF = load_role_module("roles/slurm_tmpdir/library/slurm_tmpdir_conf.py")
-CONF_KEYS = load_role_module("roles/slurm_healthcheck/library/slurm_conf_keys.py")
+TMPDIR_CONF = load_role_module("plugins/modules/slurm_tmpdir_conf.py")
+CONF_KEYS = load_role_module("plugins/modules/slurm_conf_keys.py")
 # A new file: hooks.json is read by the hooks as SlurmdUser; the keys record is root's alone.
 MODULES = [
     pytest.param(TMPDIR_CONF, 0o644, id="slurm_tmpdir_conf"),

@@ -8,8 +8,8 @@ import pytest
 
 from tests.conftest import load_role_module
 
-keys_module = load_role_module("roles/slurm_healthcheck/library/slurm_conf_keys.py")
-tmpdir_module = load_role_module("roles/slurm_tmpdir/library/slurm_tmpdir_conf.py")
+keys_module = load_role_module("plugins/modules/slurm_conf_keys.py")
+tmpdir_module = load_role_module("plugins/modules/slurm_tmpdir_conf.py")
 
 OURS = {
     "HealthCheckProgram": "/usr/local/sbin/dltune-healthcheck",

@@ -7,8 +7,8 @@ import pytest
 
 from tests.conftest import load_role_module
 
-conf = load_role_module("roles/slurm_tmpdir/library/slurm_tmpdir_conf.py")
-filters = load_role_module("roles/slurm_tmpdir/filter_plugins/slurm_tmpdir.py")
+conf = load_role_module("plugins/modules/slurm_tmpdir_conf.py")
+filters = load_role_module("plugins/filter/slurm_tmpdir.py")
 
 OURS = {
     "prolog": "/etc/slurm/dltune/prolog",

@@ -19,8 +19,8 @@ from ansible.module_utils.testing import patch_module_args
 from tests.conftest import load_role_module
 from tests.real_corpus import Sample, samples
 
-conf_module = load_role_module("roles/slurm_tmpdir/library/slurm_tmpdir_conf.py")
-filters = load_role_module("roles/slurm_tmpdir/filter_plugins/slurm_tmpdir.py")
+conf_module = load_role_module("plugins/modules/slurm_tmpdir_conf.py")
+filters = load_role_module("plugins/filter/slurm_tmpdir.py")
 
 OURS = {
     "prolog": "/etc/slurm/dltune/prolog",

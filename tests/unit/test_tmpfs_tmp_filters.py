@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, load_role_module
 
-filters = load_role_module("roles/tmpfs_tmp/filter_plugins/tmpfs_tmp.py")
+filters = load_role_module("plugins/filter/tmpfs_tmp.py")
 # The role's own lists: defaults' hideable names and the payloads Ansible itself leaves in /tmp.
 HIDEABLE = [".X11-unix", ".ICE-unix", ".XIM-unix", ".font-unix", ".Test-unix", "systemd-private-*"]
 OWN = ["ansible_*_payload_*"]

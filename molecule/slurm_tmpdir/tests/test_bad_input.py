@@ -30,6 +30,7 @@ NFS_MOUNTINFO = (
         ({"slurm_tmpdir_base": "/var/tmp"}, "slurm_tmpdir_base=/var/tmp is refused: a system directory"),
         ({"slurm_tmpdir_base": "/var/run/jobs"}, "slurm_tmpdir_base=/var/run/jobs is refused"),
         ({"slurm_tmpdir_conf": "/etc/passwd"}, "slurm_tmpdir_conf=/etc/passwd is refused"),
+        ({"slurm_tmpdir_min_free_gb": -1}, "slurm_tmpdir_min_free_gb=-1 must be a number of GB"),
         ({"dl_env_cache_dir": "/usr/lib"}, "dl_env_cache_dir=/usr/lib is refused: a system directory"),
         ({"dl_env_job_env_file": "/tmp/job-env"}, "dl_env_job_env_file=/tmp/job-env is refused"),
         (

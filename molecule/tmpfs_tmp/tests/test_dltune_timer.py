@@ -18,7 +18,7 @@ def test_first_audit_ran_and_left_a_parsable_textfile(host: Any) -> None:
     prom = host.file("/var/lib/prometheus/node-exporter/dltune.prom")
     assert prom.exists and prom.mode == 0o644
     families = {f.name: f for f in text_string_to_metric_families(prom.content_string)}
-    ids = {s.labels["id"] for s in families["dltune_check_status"].samples}
+    ids = {s.labels["check"] for s in families["dltune_check_status"].samples}
     assert {"storage.tmp_tmpfs", "system.reboot_required"} <= ids
     # No temporary file left beside it.
     assert host.check_output("ls -A /var/lib/prometheus/node-exporter") == "dltune.prom"

@@ -1,0 +1,147 @@
+"""bench.rdma: perftest's ib_write_bw command lines (server and client alike), the judgement against
+each port's rate at its boundaries, the GPU nearest an adapter on the PCI tree, and the two sides run
+for real against a stand-in `ib_write_bw` (no RDMA device exists here: the stand-in prints a published
+output, tests/fixtures/real/interconnect/, and is the only fake, at the program's boundary)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from dltune.bench import rdma
+from dltune.model import Status
+from dltune.snapshot import IbPort
+from tests.real_corpus import load
+
+REAL = Path(__file__).parents[1] / "fixtures/real/interconnect"
+REAL_NDR = REAL / "ib_write_bw-ndr-csegpu-dac.txt"
+
+
+def published(name: str) -> str:
+    return load(REAL / name).body
+
+
+NDR = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", rate_gbps=400.0, pci_address="0000:1a:00.0")
+HDR = IbPort("mlx5_1", 1, "ACTIVE", "LinkUp", rate_gbps=200.0)
+
+
+def test_server_and_client_differ_only_by_the_peer() -> None:
+    server = rdma.command("mlx5_0", 1, 29620)
+    client = rdma.command("mlx5_0", 1, 29620, "node2", cuda_device=3)
+    assert server == ["ib_write_bw", "-d", "mlx5_0", "-i", "1", "-s", "1048576", "-D", "3", "-F",
+                      "--report_gbits", "-p", "29620"]  # fmt: skip
+    assert client == [*server, "--use_cuda=3", "node2"]
+
+
+def measured(average: float) -> rdma.Measured:
+    return rdma.Measured(1 << 20, average + 1, average, "IB")
+
+
+@pytest.mark.parametrize(
+    ("port", "average", "status"),
+    [
+        (NDR, 380.0, Status.PASS),
+        (NDR, 379.99, Status.WARN),
+        (NDR, 190.0, Status.WARN),
+        (NDR, 189.99, Status.FAIL),
+        (HDR, 180.0, Status.PASS),
+        (HDR, 179.99, Status.WARN),
+        (IbPort("mlx5_2", 1, "ACTIVE", "LinkUp", rate_gbps=100.0), 90.0, Status.PASS),
+        (IbPort("mlx5_2", 1, "ACTIVE", "LinkUp", rate_gbps=100.0), 89.99, Status.WARN),
+    ],
+)
+def test_ports_are_judged_at_azures_lines_and_half_of_them(
+    port: IbPort, average: float, status: Status
+) -> None:
+    result = rdma.judge_port(port, "node2", measured(average), None, None)
+    assert result.status is status, result.summary
+    assert result.subject == port.name and result.metrics["average_gbps"] == average
+    assert (result.remedy is None) == (status is Status.PASS)
+
+
+def test_a_port_without_a_rate_is_reported_not_judged_and_no_figure_is_an_error() -> None:
+    unknown = IbPort("mlx5_3", 1, "ACTIVE", "LinkUp")
+    assert rdma.judge_port(unknown, "node2", measured(5.0), None, None).status is Status.PASS
+    failed = rdma.judge_port(NDR, "node2", None, "Couldn't connect to node2:29620", 0)
+    assert (
+        failed.status is Status.ERROR and "Couldn't connect" in failed.summary and "GPU 0" in failed.summary
+    )
+
+
+def test_the_nearest_gpu_shares_the_adapters_pcie_switch(tmp_path: Path) -> None:
+    """A DGX-like tree: two switches under one root port; the adapter under switch b picks GPU 1."""
+    root = tmp_path / "devices" / "pci0000:00" / "0000:00:01.0"
+    for switch, device in (("a", "0000:18:00.0"), ("b", "0000:1a:00.0"), ("b", "0000:1b:00.0")):
+        (root / switch / device).mkdir(parents=True)
+    links = tmp_path / "bus"
+    links.mkdir()
+    for device, switch in (("0000:18:00.0", "a"), ("0000:1a:00.0", "b"), ("0000:1b:00.0", "b")):
+        (links / device).symlink_to(root / switch / device)
+    assert rdma.nearest_gpu("0000:1a:00.0", ["0000:18:00.0", "0000:1b:00.0"], sysfs=links) == 1
+    assert rdma.nearest_gpu(None, ["0000:18:00.0"], sysfs=links) is None
+
+
+def stand_in(tmp_path: Path, output: str, serve_log: Path) -> Path:
+    """An `ib_write_bw` that prints `output` as a client and logs its argv as a server."""
+    program = tmp_path / "bin" / "ib_write_bw"
+    program.parent.mkdir()
+    (tmp_path / "out.txt").write_text(output)
+    program.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" node2 "*) cat {tmp_path / "out.txt"} ;; *) echo "$*" >> {serve_log} ;; esac\n'
+    )
+    program.chmod(program.stat().st_mode | stat.S_IXUSR)
+    return program.parent
+
+
+def test_both_sides_run_the_stand_in_and_the_client_judges_what_it_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "served"
+    output = load(REAL_NDR).body
+    monkeypatch.setenv("PATH", f"{stand_in(tmp_path, output, log)}{os.pathsep}{os.environ['PATH']}")
+    assert rdma.installed()
+    server = threading.Thread(target=rdma.serve, args=([NDR, HDR], 29620, [None, None]))
+    server.start()
+    results = rdma.connect([NDR, HDR], "node2", 29620, [0, None])
+    server.join()
+    assert [r.subject for r in results] == ["mlx5_0/1", "mlx5_1/1"]
+    assert log.read_text().splitlines() == [
+        "-d mlx5_0 -i 1 -s 1048576 -D 3 -F --report_gbits -p 29620",
+        "-d mlx5_1 -i 1 -s 1048576 -D 3 -F --report_gbits -p 29621",
+    ]
+    assert results[0].metrics["average_gbps"] == rdma.parse(output).average_gbps  # type: ignore[union-attr]
+
+
+def test_published_healthy_ndr_and_hdr_ports_pass() -> None:
+    """ConnectX-7 on 4x NDR back to back, 392.34 Gb/s at 64 KiB (a CPU-frequency warning inside the
+    table); ConnectX-6 on HDR through a switch, an -a sweep whose largest message reaches 196.80."""
+    ndr = rdma.parse(published("ib_write_bw-ndr-csegpu-dac.txt"))
+    assert ndr == rdma.Measured(65536, 392.38, 392.34, "IB")
+    assert rdma.judge_port(NDR, "csegpu2", ndr, None, None).status is Status.PASS
+    hdr = rdma.parse(published("ib_write_bw-hdr-mt4123-cn.txt"))
+    assert hdr is not None and hdr.message_bytes == 8388608 and hdr.average_gbps == 196.80
+    assert rdma.judge_port(HDR, "10.1.90.3", hdr, None, None).status is Status.PASS
+
+
+def test_a_published_gpudirect_run_far_below_its_host_memory_run_is_judged_so() -> None:
+    """dranet's GKE H200 node: from GPU memory (dma-buf) 140.40 Gb/s, where the same pair reached
+    381.41 Gb/s from host memory before its run failed (a table without its end: no figure). The port's
+    rate is not printed; on the 400 Gb/s RoCE port such nodes have (an inference) 140 is a fail, on a
+    200 Gb/s one a warning."""
+    gpu = rdma.parse(published("ib_write_bw-roce-dranet-gke-cuda.txt"))
+    assert gpu is not None and gpu.average_gbps == 140.40 and gpu.link_type == "Ethernet"
+    roce400 = IbPort("mlx5_3", 1, "ACTIVE", "LinkUp", rate_gbps=400.0, link_layer="Ethernet")
+    assert rdma.judge_port(roce400, "10.0.4.8", gpu, None, 0).status is Status.FAIL
+    assert rdma.judge_port(HDR, "10.0.4.8", gpu, None, 0).status is Status.WARN
+
+
+def test_mb_per_second_tables_are_converted_and_no_table_is_no_figure() -> None:
+    text = published("ib_write_bw-hdr-mt4123-cn.txt").replace("[Gb/sec]", "[MB/sec]")
+    assert rdma.parse(text).average_gbps == pytest.approx(196.80 * 1048576 * 8 / 1e9)  # type: ignore[union-attr]
+    assert rdma.parse("Couldn't connect to 10.0.0.2:18515") is None
+    assert rdma.parse(published("ib_write_bw-hdr-mt4123-cn.txt").replace("[Gb/sec]", "[Kb/sec]")) is None
