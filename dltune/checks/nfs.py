@@ -136,21 +136,36 @@ def vip_mounts(snap: Snapshot) -> list[Result]:
 
 
 def _shared_connections(snap: Snapshot, mount_points: list[str]) -> dict[str, list[str]]:
-    """VIP mount point -> the other VIP mount points whose TCP transport has the same client port
-    (mountstats' xprt line): one connection carries them all."""
-    by_port: dict[int, list[str]] = {}
+    """VIP mount point -> the other VIP mount points that ride the same TCP connection.
+
+    A connection is its peer and its client port together. The client port alone (mountstats' xprt
+    line) is not one: the kernel binds NFS sockets with SO_REUSEPORT from a small reserved range, so
+    two mounts of two VIPs can draw the same port number on two separate connections. The peer is the
+    mount's ``addr=`` (the server address the kernel's NFS client talks to; a client the kernel
+    merged by NFSv4.1 trunking shows the first VIP's there), else the host in the mount's source."""
+    peers = {m.mount_point.rstrip("/"): _peer(m.options, m.source) for m in snap.mounts}
+    by_connection: dict[tuple[str, int], list[str]] = {}
     for mount_point in mount_points:
         stats = snap.nfs_stats.get(mount_point) or snap.nfs_stats.get(mount_point + "/")
-        for transport in stats.transports if stats else ():
+        if stats is None:
+            continue
+        peer = peers.get(mount_point) or _peer((), stats.device)
+        for transport in stats.transports:
             if transport.protocol == "tcp" and transport.source_port:
-                by_port.setdefault(transport.source_port, []).append(mount_point)
+                by_connection.setdefault((peer, transport.source_port), []).append(mount_point)
     shared: dict[str, list[str]] = {}
-    for points in by_port.values():
+    for points in by_connection.values():
         for point in points:
             others = sorted(set(points) - {point})
             if others:
                 shared[point] = others
     return shared
+
+
+def _peer(options: tuple[str, ...], source: str) -> str:
+    """The NFS server address a mount's RPC client talks to: ``addr=`` where the kernel shows it,
+    else the host part of ``server:/path``."""
+    return option_value(options, "addr") or source.rpartition(":")[0].strip("[]")
 
 
 def nfs_server(snap: Snapshot, mount_point: str) -> str:

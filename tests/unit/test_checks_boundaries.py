@@ -307,6 +307,25 @@ def test_mountstats_keyed_with_a_trailing_slash_still_show_a_shared_connection()
     }
 
 
+def test_one_client_port_to_two_servers_is_two_connections() -> None:
+    """The peer is part of the connection: the mount table's addr= first, else mountstats' device."""
+    tcp = Transport("tcp", 875, 1)
+    apart = {
+        "/mnt/nfs0": NfsMountStats("10.0.0.5:/nfs0", "/mnt/nfs0", "nfs", "1.1", transports=(tcp,)),
+        "/mnt/nfs1": NfsMountStats("10.0.0.6:/nfs0", "/mnt/nfs1", "nfs", "1.1", transports=(tcp,)),
+    }
+    assert _shared_connections(Snapshot(root="/", nfs_stats=apart), sorted(apart)) == {}
+    trunked = tuple(
+        Mount(point, "nfs4", f"{host}:/nfs0", ("rw",), ("rw", "vers=4.1", "addr=10.0.0.5"))
+        for point, host in (("/mnt/nfs0", "10.0.0.5"), ("/mnt/nfs1", "10.0.0.6"))
+    )
+    snap = Snapshot(root="/", mounts=trunked, nfs_stats=apart)
+    assert _shared_connections(snap, sorted(apart)) == {
+        "/mnt/nfs0": ["/mnt/nfs1"],
+        "/mnt/nfs1": ["/mnt/nfs0"],
+    }
+
+
 def test_unconnected_or_udp_transports_are_not_a_shared_connection() -> None:
     """The CSI node's sample shows two mounts with client port 0 (no connection made yet): no shared
     TCP connection. UDP has no connection to share either."""

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from dltune.checks.network import vip_routes, vip_spread
 from dltune.checks.nfs import fstab, responsive, vip_mounts
@@ -100,10 +101,12 @@ def test_mounts_are_judged_against_the_plan(tmp_path: Path) -> None:
 
 
 def test_two_vip_mounts_on_one_tcp_connection_fail(tmp_path: Path) -> None:
-    """mountstats' xprt line names each mount's client port: the same port on two VIP mounts means one
-    connection carries both, the bandwidth of one VIP (what nfs_multivip exists to avoid)."""
+    """A connection is its peer and its client port. Two VIPs' mounts on the same client port are two
+    connections (the kernel binds NFS sockets with SO_REUSEPORT from the reserved range, so the same
+    number comes up by chance: it did on CI's VM, and the audit failed a healthy node). Only mounts
+    whose RPC client talks to one server address (``addr=``, as NFSv4.1 trunking leaves the second
+    VIP's mount) over one port share a connection: the bandwidth of one VIP."""
     root = tree(tmp_path, {})
-    (root / "proc/self/mountinfo").write_text(MOUNTINFO.replace("soft", "hard"))
 
     def stats(port_a: int, port_b: int) -> str:
         return "".join(
@@ -112,15 +115,31 @@ def test_two_vip_mounts_on_one_tcp_connection_fail(tmp_path: Path) -> None:
             for v, port in zip(MANIFEST["vips"], (port_a, port_b), strict=True)  # type: ignore[call-overload]
         )
 
-    (root / "proc/self/mountstats").write_text(stats(875, 876))
-    separate = {r.subject: r for r in vip_mounts(collect_snapshot(root, areas=["nfs"]))}
-    assert {s: r.status for s, r in separate.items()} == {"/mnt/nfs0": Status.PASS, "/mnt/nfs1": Status.PASS}
-    assert separate["/mnt/nfs0"].evidence["transports"][0]["source_port"] == 875
-    (root / "proc/self/mountstats").write_text(stats(875, 875))
-    shared = {r.subject: r for r in vip_mounts(collect_snapshot(root, areas=["nfs"]))}
+    def judged(mountinfo: str, mountstats: str) -> dict[str, Any]:
+        (root / "proc/self/mountinfo").write_text(mountinfo)
+        (root / "proc/self/mountstats").write_text(mountstats)
+        return {r.subject: r for r in vip_mounts(collect_snapshot(root, areas=["nfs"]))}
+
+    healthy = MOUNTINFO.replace("soft", "hard")
+    for ports in ((875, 876), (875, 875)):
+        separate = judged(healthy, stats(*ports))
+        assert {s: r.status for s, r in separate.items()} == {
+            "/mnt/nfs0": Status.PASS,
+            "/mnt/nfs1": Status.PASS,
+        }, ports
+        assert separate["/mnt/nfs0"].evidence["transports"][0]["source_port"] == 875
+    trunked = healthy.replace("addr=10.21.115.7", "addr=10.21.115.6")
+    assert {s: r.status for s, r in judged(trunked, stats(875, 876)).items()} == {
+        "/mnt/nfs0": Status.PASS,
+        "/mnt/nfs1": Status.PASS,
+    }
+    shared = judged(trunked, stats(875, 875))
     assert shared["/mnt/nfs1"].status is Status.FAIL
     assert shared["/mnt/nfs1"].evidence["shares_connection_with"] == ["/mnt/nfs0"]
     assert "one TCP connection" in shared["/mnt/nfs1"].summary
+    # Without addr= in the mount table the mount's source names the peer: two VIPs, two connections.
+    bare = "".join(line.rsplit(",addr=", 1)[0] + "\n" for line in healthy.splitlines())
+    assert {r.status for r in judged(bare, stats(875, 875)).values()} == {Status.PASS}
 
 
 def test_present_state_skips_the_mount_check_and_no_manifest_skips_all() -> None:
