@@ -523,28 +523,52 @@ def run_multi_node(opts: Options, step: Step = lambda _s: None) -> list[Result] 
     starting torchrun for its GPUs, or one gloo process on CPU). The first node returns the Results;
     the others return None once their part has finished."""
     slurm = slurm_step(os.environ, expand_nodelist)
-    torch = _import_torch()
-    from dltune.bench import measure
-
-    devices = measure.select_devices(torch, opts.device, opts.gpus)
-    on_cpu = devices == ["cpu"]
-    size = opts.sized(on_cpu)
-    backend = "gloo" if on_cpu else "nccl"
-    env = torchrun_env(devices, os.environ)
+    node = _NodeRun.on_this_node(opts)
     step(f"data-parallel over {len(slurm.hosts)} nodes (this is node {slurm.node_rank})")
     placement = [
         f"--nnodes={len(slurm.hosts)}",
         f"--node_rank={slurm.node_rank}",
-        f"--nproc_per_node={1 if on_cpu else len(devices)}",
+        f"--nproc_per_node={node.processes}",
         f"--master_addr={slurm.leader}",
         f"--master_port={slurm.port}",
     ]
-    numbers, error = _torchrun(placement, backend, size, baseline=True, env=env)
+    numbers, error = _torchrun(placement, node.backend, node.size, baseline=True, env=node.env)
     step("RDMA ports between the first two nodes")
-    ports = rdma_ports(slurm, torch, devices)
+    ports = rdma_ports(slurm, node.torch, node.devices)
     if error is None and slurm.node_rank != 0:
         return None
-    return judge.judge_multi_node(slurm.hosts, slurm.node_rank, backend, numbers, error) + ports
+    return judge.judge_multi_node(slurm.hosts, slurm.node_rank, node.backend, numbers, error) + ports
+
+
+@dataclass(frozen=True)
+class _NodeRun:
+    """What every multi-node mode needs on this node: torch, the devices it runs on, the model size,
+    the collective backend (gloo on CPU, NCCL on GPUs), torchrun's environment and its process count."""
+
+    torch: Any
+    devices: list[str]
+    size: dict[str, Any]
+    backend: str
+    env: dict[str, str]
+
+    @property
+    def processes(self) -> int:
+        return 1 if self.devices == ["cpu"] else len(self.devices)
+
+    @classmethod
+    def on_this_node(cls, opts: Options) -> _NodeRun:
+        torch = _import_torch()
+        from dltune.bench import measure
+
+        devices = measure.select_devices(torch, opts.device, opts.gpus)
+        on_cpu = devices == ["cpu"]
+        return cls(
+            torch=torch,
+            devices=devices,
+            size=opts.sized(on_cpu),
+            backend="gloo" if on_cpu else "nccl",
+            env=torchrun_env(devices, os.environ),
+        )
 
 
 # The servers of the RDMA measurement listen on the job's port + 20 and up, one per port.
@@ -645,15 +669,8 @@ def run_find_slow(
         raise BenchError(
             "--find-slow needs a step over 3 nodes or more: with 2, a slow pair cannot say which node is slow"
         )
-    torch = _import_torch()
-    from dltune.bench import measure
-
-    devices = measure.select_devices(torch, opts.device, opts.gpus)
-    on_cpu = devices == ["cpu"]
-    size = opts.sized(on_cpu)
-    backend = "gloo" if on_cpu else "nccl"
-    env = torchrun_env(devices, os.environ)
-    processes = 1 if on_cpu else len(devices)
+    node = _NodeRun.on_this_node(opts)
+    backend, size, env, processes = node.backend, node.size, node.env, node.processes
     dist = importlib.import_module("torch.distributed")
     dist.init_process_group(
         "gloo",
