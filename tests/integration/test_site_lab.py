@@ -793,6 +793,82 @@ def test_one_broken_node_and_only_that_node_fails_in_the_report(lab: None, tmp_p
     assert finding["remedy"].split()[0] in page and broken in page
 
 
+NODE_EXPORTER_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Ubuntu's package default
+
+
+def lab_address(node: str) -> str:
+    done = subprocess.run(
+        ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", node],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+def test_node_exporters_on_the_lab_nodes_carry_a_lost_gpu_to_its_alert_and_every_panel(lab: None) -> None:
+    """Ubuntu's prometheus-node-exporter runs in every lab node (baked into the lab image, started by
+    systemd as the package ships it) and serves the textfile a root `dltune audit` writes into its
+    textfile directory, as the role's timer unit runs it. Debian's Prometheus on this host scrapes the
+    three nodes over the lab's Docker network with monitoring/dltune-rules.yml loaded. node2's fake
+    NVML then loses GPU 3 (only the GPUs are fake, at NVML): DltuneCriticalFailure must fire for
+    node2 and for no other node, and every panel of monitoring/dltune-dashboard.json must return
+    series from what the nodes' own exporters serve."""
+    if shutil.which("prometheus") is None:
+        assert not os.environ.get("CI"), "prometheus is not installed (tests/lab/lab.sh installs it)"
+        pytest.skip("prometheus is not installed")
+    for node in NODES:
+        state = subprocess.run(
+            ["docker", "exec", node, "systemctl", "is-active", "prometheus-node-exporter"],
+            capture_output=True, text=True, check=False,
+        ).stdout.strip()  # fmt: skip
+        assert state == "active", (node, state)
+    textfile = f"{NODE_EXPORTER_TEXTFILE_DIR}/dltune.prom"
+    exists = f"test -e {textfile} && echo y || :"
+    had_textfile = {node: docker_exec(node, "sh", "-c", exists).strip() for node in NODES}
+    broken = NODES[1]
+
+    def audit(node: str) -> None:
+        done = subprocess.run(
+            ["docker", "exec", node, "dltune", "audit", "--format", "json",
+             "--textfile-dir", NODE_EXPORTER_TEXTFILE_DIR],
+            capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+        assert done.returncode in (0, 1), (node, done.stderr[-2000:])
+
+    docker_exec(broken, "cp", SCENARIO, f"{SCENARIO}.healthy")
+    try:
+        docker_exec(broken, "sh", "-c", f"echo gpu3.lost=1 >> {SCENARIO}")
+        for node in NODES:
+            audit(node)
+        done = subprocess.run(
+            [
+                sys.executable, str(REPO_ROOT / "tests/lab/prometheus_live.py"),
+                *(f"--target={node}={lab_address(node)}:9100" for node in NODES),
+                "--rules", str(REPO_ROOT / "monitoring/dltune-rules.yml"),
+                "--dashboard", str(REPO_ROOT / "monitoring/dltune-dashboard.json"),
+                "--wait-alert", f"DltuneCriticalFailure@{broken}",
+            ],
+            capture_output=True, text=True, check=False, timeout=240,
+        )  # fmt: skip
+    finally:
+        # As found: node2 healthy, and a textfile only where there was one.
+        docker_exec(broken, "mv", f"{SCENARIO}.healthy", SCENARIO)
+        for node in NODES:
+            if had_textfile[node]:
+                audit(node)
+            else:
+                docker_exec(node, "rm", "-f", textfile)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout)
+    assert seen["up"], seen
+    (fired,) = seen["fired"]
+    assert fired["labels"]["severity"] == "critical", fired
+    assert f"{broken}: a critical dltune check fails" in fired["annotations"]["summary"], fired
+    critical = [node for name, node, _ in seen["alerts"] if name == "DltuneCriticalFailure"]
+    assert critical == [broken], seen["alerts"]
+    empty = [title for title, series in seen["panels"].items() if series == 0]
+    assert empty == [] and len(seen["panels"]) == 13, seen["panels"]
+
+
 def test_a_disruptive_role_stops_the_rollout_after_a_failed_batch(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The disruptive roles' plays go a batch at a time (serial 25%) and stop when more than 10% of a
     batch failed: node1's bad input fails the first batch, so the other nodes are never touched.

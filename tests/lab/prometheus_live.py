@@ -1,9 +1,13 @@
-"""A real Prometheus over real node_exporters reading dltune textfiles, inside the network namespace of
-its caller (run it as `unshare --net python3 prometheus_live.py ...`: every packet stays on that
-namespace's loopback). Prints one JSON document: the alerts Prometheus fired and, for each panel of
-the dashboard, how many series its query returned.
+"""A real Prometheus over real node_exporters reading dltune textfiles. Prints one JSON document: the
+alerts Prometheus fired and, for each panel of the dashboard, how many series its query returned.
 
     prometheus_live.py --node NAME=TEXTFILE_DIR ... --rules RULES --dashboard JSON --wait-alert NAME@NODE
+    prometheus_live.py --target NAME=HOST:PORT ... --rules RULES --dashboard JSON --wait-alert NAME@NODE
+
+--node starts a node_exporter of its own on loopback for each textfile directory: run it inside a
+network namespace of its own (`unshare --net python3 prometheus_live.py ...`), where every packet
+stays on that namespace's loopback. --target scrapes node_exporters that already run, as the lab
+nodes' own (Ubuntu's prometheus-node-exporter, on the lab's Docker network).
 
 The rules' `for:` durations are cut to 2 s (promtool's unit tests hold the real ones): what this
 proves is that the rules and the dashboard work on the series dltune and node_exporter really make."""
@@ -69,12 +73,17 @@ def _panel_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--node", action="append", required=True, help="NAME=TEXTFILE_DIR")
+    parser.add_argument("--node", action="append", default=[], help="NAME=TEXTFILE_DIR")
+    parser.add_argument("--target", action="append", default=[], help="NAME=HOST:PORT of a running exporter")
     parser.add_argument("--rules", type=Path, required=True)
     parser.add_argument("--dashboard", type=Path, required=True)
     parser.add_argument("--wait-alert", required=True, help="ALERTNAME@NODE that must fire")
     args = parser.parse_args()
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    if not args.node and not args.target:
+        parser.error("give at least one --node or --target")
+    if args.node:
+        # Only in a namespace of its own (see above): its loopback starts down.
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     work = Path(tempfile.mkdtemp(prefix="dltune-prometheus-"))
     children = []
     targets = []
@@ -96,6 +105,9 @@ def main() -> int:
                 )
             )
             targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"instance": name}})
+        for spec in args.target:
+            name, _, address = spec.partition("=")
+            targets.append({"targets": [address], "labels": {"instance": name}})
         rules = work / "dltune-rules.yml"
         rules.write_text(re.sub(r"(?m)^(\s+for:) \d+m$", r"\1 2s", args.rules.read_text()))
         config = {
