@@ -14,6 +14,7 @@ import pytest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+COLLECTIONS_ROOT = REPO_ROOT / "collections"
 
 
 @pytest.fixture
@@ -28,6 +29,10 @@ def load_role_module(relative_path: str) -> ModuleType:
     name = relative_path.removesuffix(".py").replace("/", ".")
     if name in sys.modules:
         return sys.modules[name]
+    # The collection's modules import its module_utils by the collection's name, as Ansible loads
+    # them: collections/ansible_collections/dltune/cluster is this repository.
+    if str(COLLECTIONS_ROOT) not in sys.path:
+        sys.path.append(str(COLLECTIONS_ROOT))
     spec = importlib.util.spec_from_file_location(name, REPO_ROOT / relative_path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dltune.cluster.plugins.module_utils.slurm_conf import reassign, write_atomically
 
 DOCUMENTATION = r"""
 module: slurm_conf_keys
@@ -42,8 +42,9 @@ def assignments(text: str) -> dict[str, tuple[int, str]]:
 
 
 def set_keys(text: str, wanted: dict[str, str | None]) -> str:
-    """``text`` with each key's last assignment set to its value (appended where absent; a None value
-    removes the key's assignments, as a site that never set it had none)."""
+    """``text`` with each key's last assignment set to its value, the rest of its line as the site wrote
+    it (appended where absent; a None value removes the key's assignments, as a site that never set it
+    had none)."""
     lines = text.splitlines()
     for key, value in wanted.items():
         found = assignments("\n".join(lines))
@@ -56,7 +57,7 @@ def set_keys(text: str, wanted: dict[str, str | None]) -> str:
         elif at is None:
             lines.append(f"{key}={value}")
         elif at[1] != value:
-            lines[at[0]] = f"{key}={value}"
+            lines[at[0]] = reassign(lines[at[0]], value)
     return "\n".join(lines) + "\n"
 
 
@@ -76,18 +77,8 @@ def plan(
 
 
 def _write_atomically(path: str, content: str, like: os.stat_result | None) -> None:
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".dltune-")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(content)
-        os.chmod(temporary, like.st_mode & 0o7777 if like else 0o600)
-        if like:
-            os.chown(temporary, like.st_uid, like.st_gid)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    # The record of the site's values is root's alone.
+    write_atomically(path, content, like, new_mode=0o600)
 
 
 def main() -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dltune.cluster.plugins.module_utils.slurm_conf import reassign, write_atomically
 
 DOCUMENTATION = r"""
 module: slurm_tmpdir_conf
@@ -100,7 +100,7 @@ def restore(text: str, ours: dict[str, str], recorded: dict[str, str]) -> tuple[
             continue
         site = recorded.get(hook, "")
         if site:
-            lines[at[0]] = f"{key}={site}"
+            lines[at[0]] = reassign(lines[at[0]], site)
         else:
             dropped.add(at[0])
         notes.append(f"{key}: {ours[hook]} -> {site or '(none)'}")
@@ -115,25 +115,13 @@ def _assign(lines: list[str], found: dict[str, tuple[int, str]], key: str, value
         new.append(f"{key}={value}")
         found[key.lower()] = (len(new) - 1, value)
     elif at[1] != value:
-        new[at[0]] = f"{key}={value}"
+        new[at[0]] = reassign(new[at[0]], value)
     return new
 
 
 def _write_atomically(path: str, content: str, like: os.stat_result | None) -> None:
-    """Replace by rename (slurmd never reads a half-written file), keeping the old owner and mode."""
-    directory = os.path.dirname(path)
-    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".dltune-")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(content)
-        os.chmod(temporary, like.st_mode & 0o7777 if like else 0o644)
-        if like:
-            os.chown(temporary, like.st_uid, like.st_gid)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    # hooks.json is read by the hooks as SlurmdUser.
+    write_atomically(path, content, like, new_mode=0o644)
 
 
 def _exit(

@@ -21,11 +21,11 @@ from tests.unit.test_slurm_healthcheck_role import OURS, SITE
 
 keys_module = load_role_module("plugins/modules/slurm_conf_keys.py")
 
-# SITE with our values: the last assignment of each key replaced (the site's trailing comment goes with
-# its value), the missing key appended.
+# SITE with our values: the last assignment of each key given our value, the rest of its line as the
+# site wrote it (its trailing comment too), the missing key appended.
 APPLIED = (
     "ClusterName=ci\n"
-    "HealthCheckProgram=/usr/local/sbin/dltune-healthcheck\n"
+    "HealthCheckProgram=/usr/local/sbin/dltune-healthcheck  # the site's NHC\n"
     "healthcheckinterval=60\n"
     "HealthCheckInterval=300\n"
     "NodeName=n1 CPUs=2\n"
@@ -36,13 +36,8 @@ SITE_VALUES = {
     "HealthCheckInterval": "120",
     "HealthCheckNodeState": None,
 }
-RESTORED = (
-    "ClusterName=ci\n"
-    "HealthCheckProgram=/usr/sbin/nhc\n"
-    "healthcheckinterval=60\n"
-    "HealthCheckInterval=120\n"
-    "NodeName=n1 CPUs=2\n"
-)
+# state=absent gives back exactly what the site had, byte for byte.
+RESTORED = SITE
 CONF_MODE = 0o644
 
 
@@ -386,3 +381,19 @@ def test_a_failed_slurm_conf_replace_on_absent_keeps_the_record(
 
 def test_a_comment_holding_a_hash_is_cut_at_the_first_hash() -> None:
     assert keys_module.assignments("HealthCheckInterval=60 # was #30\n") == {"healthcheckinterval": (0, "60")}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "  healthcheckinterval = 120\t# every two minutes, agreed with NHC's authors",
+        "HealthCheckInterval=120#no blank before the comment",
+        "HEALTHCHECKINTERVAL=120   ",
+    ],
+)
+def test_a_site_line_keeps_its_spelling_blanks_and_comment_and_comes_back_byte_for_byte(line: str) -> None:
+    site = f"ClusterName=ci\n{line}\n"
+    applied, record = keys_module.plan(site, {"HealthCheckInterval": "300"}, {}, "present")
+    assert applied == site.replace("120", "300", 1)
+    restored, _ = keys_module.plan(applied, {"HealthCheckInterval": "300"}, record, "absent")
+    assert restored == site

@@ -1,7 +1,7 @@
-"""How both Slurm config modules (slurm_tmpdir_conf, slurm_conf_keys) replace a file: a temporary
-sibling renamed over it, its mode kept, nothing left behind on failure. Each module carries its own
-_write_atomically (an Ansible module cannot import another role's); they differ only in the mode of a
-file they create, so both are held to the same table here."""
+"""How both Slurm config modules (slurm_tmpdir_conf, slurm_conf_keys) write slurm.conf: the collection's
+module_utils/slurm_conf. A file is replaced by a temporary sibling renamed over it, its mode kept,
+nothing left behind on failure; the modules differ only in the mode of a file they create, so both are
+held to the same table. An assignment gets a new value with the rest of its line as the site wrote it."""
 
 from __future__ import annotations
 
@@ -82,3 +82,25 @@ def test_a_failed_rename_keeps_the_file_and_leaves_no_temporary(
     with pytest.raises(OSError, match="No space left"):
         module._write_atomically(str(target), "new\n", target.stat())
     assert target.read_text() == "old\n" and leftovers(tmp_path) == []
+
+
+SLURM_CONF = load_role_module("plugins/module_utils/slurm_conf.py")
+
+
+@pytest.mark.parametrize(
+    ("line", "assigned"),
+    [
+        ("Prolog=/a", "Prolog=/b"),
+        ("  prolog =\t/a  # the site's, mounts scratch", "  prolog =\t/b  # the site's, mounts scratch"),
+        ("PROLOG=/a#x=1", "PROLOG=/b#x=1"),
+        ("Prolog=", "Prolog=/b"),
+    ],
+)
+def test_an_assignment_gets_its_new_value_and_keeps_the_rest_of_its_line(line: str, assigned: str) -> None:
+    assert SLURM_CONF.reassign(line, "/b") == assigned
+
+
+@pytest.mark.parametrize("line", ["# Prolog=/a", "NodeName n1", ""])
+def test_a_line_that_assigns_nothing_is_refused(line: str) -> None:
+    with pytest.raises(ValueError, match=r"not a slurm\.conf assignment"):
+        SLURM_CONF.reassign(line, "/b")

@@ -549,3 +549,21 @@ def test_a_record_that_is_json_but_not_this_roles_is_one_message_and_nothing_cha
         f"{paths['hooks_config']} is not this role's record (an object with site_hooks): fix or remove it"
     )
     assert paths["conf"].read_text() == before and paths["hooks_config"].read_text() == record
+
+
+def test_the_sites_hook_lines_keep_their_spelling_and_comments_and_come_back_byte_for_byte() -> None:
+    site = (
+        "PrologFlags=Alloc\n"
+        "prolog = /etc/slurm/site-prolog.sh   # the site's prolog: mounts scratch\n"
+        "Epilog=/etc/slurm/site-epilog.sh#cleans up\n"
+        "TaskProlog=/etc/slurm/task-prolog.sh\n"
+    )
+    applied, hooks, _ = conf_module.plan(site, OURS, {})
+    assert applied == (
+        "PrologFlags=Alloc\n"
+        f"prolog = {OURS['prolog']}   # the site's prolog: mounts scratch\n"
+        f"Epilog={OURS['epilog']}#cleans up\n"
+        f"TaskProlog={OURS['task_prolog']}\n"
+    )
+    restored, _ = conf_module.restore(applied, OURS, hooks)
+    assert restored == site
