@@ -165,7 +165,7 @@ def _shared_connections(snap: Snapshot, mount_points: list[str]) -> dict[str, li
 def _peer(options: tuple[str, ...], source: str) -> str:
     """The NFS server address a mount's RPC client talks to: ``addr=`` where the kernel shows it,
     else the host part of ``server:/path``."""
-    return option_value(options, "addr") or source.rpartition(":")[0].strip("[]")
+    return option_value(options, "addr") or source.rpartition(":")[0]
 
 
 def nfs_server(snap: Snapshot, mount_point: str) -> str:
