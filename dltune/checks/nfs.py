@@ -164,15 +164,21 @@ def _shared_connections(snap: Snapshot, mount_points: list[str]) -> dict[str, li
 
 def _peer(options: tuple[str, ...], source: str) -> str:
     """The NFS server address a mount's RPC client talks to: ``addr=`` where the kernel shows it,
-    else the host part of ``server:/path``."""
-    return option_value(options, "addr") or source.rpartition(":")[0]
+    else the server in its source."""
+    return option_value(options, "addr") or _source_server(source)
+
+
+def _source_server(source: str) -> str:
+    """The server of an NFS source ``server:/path`` (an IPv6 address without its brackets); "" where
+    the source names none."""
+    return source.rpartition(":")[0].strip("[]")
 
 
 def nfs_server(snap: Snapshot, mount_point: str) -> str:
     """ "NFS server 10.0.0.5" for the mount at ``mount_point`` (its source is server:path)."""
     mount = next((m for m in snap.mounts if m.mount_point.rstrip("/") == mount_point.rstrip("/")), None)
-    server = mount.source.rpartition(":")[0] if mount is not None and ":" in mount.source else ""
-    return f"NFS server {server.strip('[]') or 'of ' + mount_point}"
+    server = _source_server(mount.source) if mount is not None else ""
+    return f"NFS server {server or 'of ' + mount_point}"
 
 
 @check("nfs.responsive", needs=("mountinfo", "manifest:nfs_multivip"))
