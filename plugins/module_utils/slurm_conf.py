@@ -6,8 +6,8 @@ import os
 import re
 import tempfile
 
-# The key, the '=' with the blanks around it, then the value (one word: Slurm splits at blanks).
-_ASSIGNMENT = re.compile(r"^(\s*[A-Za-z]+\s*=\s*)(\S*)")
+# An assignment with its comment cut off: indentation, key, value (trailing blanks outside it).
+LINE = re.compile(r"^(\s*)([A-Za-z]+)\s*=\s*(.*?)\s*$")
 
 
 def reassign(line: str, value: str) -> str:
@@ -15,10 +15,10 @@ def reassign(line: str, value: str) -> str:
     as the site spelled it, the blanks, and the site's trailing comment stay, so that putting the old
     value back gives the site's line byte for byte."""
     code, hash_, comment = line.partition("#")
-    found = _ASSIGNMENT.match(code)
+    found = LINE.match(code)
     if found is None:
         raise ValueError(f"not a slurm.conf assignment: {line!r}")
-    return code[: found.end(1)] + value + code[found.end(2) :] + hash_ + comment
+    return code[: found.start(3)] + value + code[found.end(3) :] + hash_ + comment
 
 
 def write_atomically(path: str, content: str, like: os.stat_result | None, new_mode: int) -> None:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dltune.cluster.plugins.module_utils.slurm_conf import reassign, write_atomically
+from ansible_collections.dltune.cluster.plugins.module_utils.slurm_conf import (
+    LINE,
+    reassign,
+    write_atomically,
+)
 
 DOCUMENTATION = r"""
 module: slurm_conf_keys
@@ -27,8 +30,6 @@ options:
   record: {type: path, required: true, description: JSON file keeping the site's values}
   state: {type: str, default: present, choices: [present, absent], description: absent restores}
 """
-
-LINE = re.compile(r"^(\s*)([A-Za-z]+)\s*=\s*(.*?)\s*$")
 
 
 def assignments(text: str) -> dict[str, tuple[int, str]]:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dltune.cluster.plugins.module_utils.slurm_conf import reassign, write_atomically
+from ansible_collections.dltune.cluster.plugins.module_utils.slurm_conf import (
+    LINE,
+    reassign,
+    write_atomically,
+)
 
 DOCUMENTATION = r"""
 module: slurm_tmpdir_conf
@@ -31,7 +34,6 @@ options:
 """
 
 KEYS = {"prolog": "Prolog", "epilog": "Epilog", "task_prolog": "TaskProlog"}
-LINE = re.compile(r"^(\s*)([A-Za-z]+)\s*=\s*(.*?)\s*$")
 # slurm.conf(5): Alloc makes the Prolog run at allocation (salloc, sbatch), and Contain, DeferBatch,
 # NoHold, ForceRequeueOnFail, RunInJob and X11 each "implicitly sets the Alloc flag".
 ALLOC_FLAGS = {"alloc", "contain", "deferbatch", "forcerequeueonfail", "nohold", "runinjob", "x11"}
