@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from tests.conftest import REPO_ROOT
 from tests.integration.test_fake_nvml import fake_nvml_dir, scenario_env  # noqa: F401 (a fixture)
 
 
-def _needed(program: str) -> str:
+def needed(program: str) -> str:
     found = shutil.which(program)
     if found is None:
         assert not os.environ.get("CI"), f"{program} is not installed (tests/lab/lab.sh installs it)"
@@ -59,28 +60,44 @@ def test_a_lost_gpu_fires_its_alert_through_prometheus_and_every_panel_has_data(
     fake_nvml_dir: Path,  # noqa: F811 (the fixture imported above)
 ) -> None:
     for program in ("prometheus", "prometheus-node-exporter", "unshare"):
-        _needed(program)
+        needed(program)
     library = fake_nvml_dir
     healthy = _textfile(library, "healthy_8gpu", tmp_path / "healthy")
     lost = _textfile(library, "one_gpu_lost", tmp_path / "lost")
+    seen = alerts_and_panels(
+        ["--node", f"healthy={healthy}", "--node", f"lost={lost}"],
+        broken="lost",
+        launcher=["unshare", "--net"],
+    )
+    assert_fires_for_only(seen, "lost")
+
+
+def alerts_and_panels(exporters: list[str], broken: str, launcher: list[str] | None = None) -> dict[str, Any]:
+    """tests/lab/prometheus_live.py over ``exporters`` (its --node or --target arguments) with the shipped
+    rules and dashboard, waiting for DltuneCriticalFailure on ``broken``: what it saw."""
     done = subprocess.run(
         [
-            "unshare", "--net", sys.executable, str(REPO_ROOT / "tests/lab/prometheus_live.py"),
-            "--node", f"healthy={healthy}", "--node", f"lost={lost}",
+            *(launcher or []), sys.executable, str(REPO_ROOT / "tests/lab/prometheus_live.py"), *exporters,
             "--rules", str(REPO_ROOT / "monitoring/dltune-rules.yml"),
             "--dashboard", str(REPO_ROOT / "monitoring/dltune-dashboard.json"),
-            "--wait-alert", "DltuneCriticalFailure@lost",
+            "--wait-alert", f"DltuneCriticalFailure@{broken}",
         ],
         capture_output=True, text=True, check=False, timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout)
+    seen: dict[str, Any] = json.loads(done.stdout)
+    return seen
+
+
+def assert_fires_for_only(seen: dict[str, Any], broken: str) -> None:
+    """The critical alert fired for ``broken`` and no other node; every dashboard panel has series."""
+    assert seen["up"], seen
     (fired,) = seen["fired"]
     assert (
         fired["labels"]["severity"] == "critical"
-        and "lost: a critical dltune check fails" in fired["annotations"]["summary"]
-    )
+        and f"{broken}: a critical dltune check fails" in fired["annotations"]["summary"]
+    ), fired
     critical = [(name, node) for name, node, state in seen["alerts"] if name == "DltuneCriticalFailure"]
-    assert critical == [("DltuneCriticalFailure", "lost")], seen["alerts"]
+    assert critical == [("DltuneCriticalFailure", broken)], seen["alerts"]
     empty = [title for title, series in seen["panels"].items() if series == 0]
     assert empty == [] and len(seen["panels"]) == 13, seen["panels"]

@@ -22,6 +22,7 @@ import yaml
 
 from dltune.slurm_health import parse_node
 from tests.conftest import REPO_ROOT
+from tests.integration.test_prometheus_live import alerts_and_panels, assert_fires_for_only, needed
 
 pytestmark = pytest.mark.lab
 NODES = ("dltune-lab-node1", "dltune-lab-node2", "dltune-lab-node3")
@@ -812,9 +813,7 @@ def test_node_exporters_on_the_lab_nodes_carry_a_lost_gpu_to_its_alert_and_every
     NVML then loses GPU 3 (only the GPUs are fake, at NVML): DltuneCriticalFailure must fire for
     node2 and for no other node, and every panel of monitoring/dltune-dashboard.json must return
     series from what the nodes' own exporters serve."""
-    if shutil.which("prometheus") is None:
-        assert not os.environ.get("CI"), "prometheus is not installed (tests/lab/lab.sh installs it)"
-        pytest.skip("prometheus is not installed")
+    needed("prometheus")
     for node in NODES:
         state = subprocess.run(
             ["docker", "exec", node, "systemctl", "is-active", "prometheus-node-exporter"],
@@ -839,16 +838,9 @@ def test_node_exporters_on_the_lab_nodes_carry_a_lost_gpu_to_its_alert_and_every
         docker_exec(broken, "sh", "-c", f"echo gpu3.lost=1 >> {SCENARIO}")
         for node in NODES:
             audit(node)
-        done = subprocess.run(
-            [
-                sys.executable, str(REPO_ROOT / "tests/lab/prometheus_live.py"),
-                *(f"--target={node}={lab_address(node)}:9100" for node in NODES),
-                "--rules", str(REPO_ROOT / "monitoring/dltune-rules.yml"),
-                "--dashboard", str(REPO_ROOT / "monitoring/dltune-dashboard.json"),
-                "--wait-alert", f"DltuneCriticalFailure@{broken}",
-            ],
-            capture_output=True, text=True, check=False, timeout=240,
-        )  # fmt: skip
+        seen = alerts_and_panels(
+            [f"--target={node}={lab_address(node)}:9100" for node in NODES], broken=broken
+        )
     finally:
         # As found: node2 healthy, and a textfile only where there was one.
         docker_exec(broken, "mv", f"{SCENARIO}.healthy", SCENARIO)
@@ -857,16 +849,7 @@ def test_node_exporters_on_the_lab_nodes_carry_a_lost_gpu_to_its_alert_and_every
                 audit(node)
             else:
                 docker_exec(node, "rm", "-f", textfile)
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout)
-    assert seen["up"], seen
-    (fired,) = seen["fired"]
-    assert fired["labels"]["severity"] == "critical", fired
-    assert f"{broken}: a critical dltune check fails" in fired["annotations"]["summary"], fired
-    critical = [node for name, node, _ in seen["alerts"] if name == "DltuneCriticalFailure"]
-    assert critical == [broken], seen["alerts"]
-    empty = [title for title, series in seen["panels"].items() if series == 0]
-    assert empty == [] and len(seen["panels"]) == 13, seen["panels"]
+    assert_fires_for_only(seen, broken)
 
 
 def test_a_disruptive_role_stops_the_rollout_after_a_failed_batch(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
