@@ -40,6 +40,10 @@ class Status(str, enum.Enum):
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE_OR_ERROR = 2
+# `dltune check` alone: no fail and no error, but the bench that should prove the node could not run
+# (no PyTorch; a PyTorch that sees none of the GPUs NVML reports): never a silent pass
+# (dltune.bench.judge.check_exit_code).
+EXIT_NOT_PROVED = 3
 
 
 class DltuneError(Exception):

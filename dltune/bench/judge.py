@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dltune.bench.specs import DCGM_SKUS, Spec, allreduce_figure, is_mig, pair_figure, spec_for
-from dltune.model import Result, Status
+from dltune.model import EXIT_NOT_PROVED, EXIT_OK, Result, Status, exit_code
 
 SPEC_WARN, SPEC_FAIL = 0.70, 0.50
 # Memory bandwidth against what healthy cards of the model measured (specs.Spec.memory_healthy_gb_s):
@@ -651,6 +651,39 @@ def judge_threads(cores: int, threads: int, processes: int) -> Result:
     )
 
 
+# Why `dltune check` did not run its bench: bench.run's evidence["cause"]. Deliberate (the audit's exit
+# code stands): --no-bench, a critical failure, a job on the GPUs. Not proved (exit 3 where nothing
+# failed or erred, check_exit_code): the bench should have run and could not.
+NOT_PROVED_CAUSES = frozenset({"no_torch", "torch_sees_no_gpu", "torch_cuda_newer_than_driver"})
+# What gives dltune's Python a PyTorch: the role variables, named in bench.run's summary and remedy.
+TORCH_FIX = (
+    "set dltune_bench_torch_packages (+ dltune_bench_pip_args) or dltune_bench_python of role "
+    "dltune.cluster.dltune"
+)
+TORCH_REMEDY = (
+    "role dltune.cluster.dltune: dltune_bench_torch_packages installs PyTorch into dltune's venv from the "
+    "site's index or wheelhouse (with dltune_bench_pip_args), or dltune_bench_python names an existing "
+    "Python environment with PyTorch (conda, a module) whose packages dltune's venv then sees; apply the "
+    "role, then rerun `dltune check` (without the role: pip install 'dltune[bench]' into dltune's Python)"
+)
+# What torch warns when its CUDA runtime is newer than the driver: "The NVIDIA driver on your system is
+# too old (found version 11040)" (the driver's CUDA, 11.4), or CUDA error 35, "CUDA driver version is
+# insufficient for CUDA runtime version".
+DRIVER_TOO_OLD = re.compile(r"too old|insufficient for CUDA runtime", re.I)
+DRIVER_CUDA_FOUND = re.compile(r"found version (\d{4,6})")
+
+
+@dataclass(frozen=True)
+class TorchCuda:
+    """What the installed PyTorch says of CUDA, read by `dltune check` only where its bench may run."""
+
+    version: str  # torch.__version__
+    cuda: str | None  # torch.version.cuda: None for a CPU-only build
+    available: bool  # torch.cuda.is_available()
+    warning: str | None = None  # what torch warned while it looked (a driver too old for its CUDA)
+    visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES, where the process has it
+
+
 def bench_gate(
     audit: Sequence[Result],
     busy_gpus: Mapping[int, Sequence[int]],
@@ -659,16 +692,16 @@ def bench_gate(
 ) -> Result | None:
     """Why `dltune check` must not run the bench after its audit (None: it may). A bench on a node
     whose audit failed critically measures a broken node; on a GPU a job is using, it disturbs the job
-    and measures a share of the card."""
+    and measures a share of the card. Without PyTorch it cannot run: not proved (NOT_PROVED_CAUSES)."""
     if asked_not_to:
-        return Result("bench.run", Status.SKIP, "bench not run: --no-bench")
+        return Result("bench.run", Status.SKIP, "bench not run: --no-bench", evidence={"cause": "no_bench"})
     critical = sorted({r.id for r in audit if r.status is Status.FAIL and r.critical})
     if critical:
         return Result(
             "bench.run",
             Status.SKIP,
             f"bench not run: critical check(s) failed: {', '.join(critical)}",
-            evidence={"critical_failures": critical},
+            evidence={"cause": "critical_failure", "critical_failures": critical},
             remedy="fix the critical findings above, then rerun `dltune check`",
         )
     if busy_gpus:
@@ -679,17 +712,85 @@ def bench_gate(
             "bench.run",
             Status.SKIP,
             f"bench not run: compute processes are running ({described}): a job is using the node",
-            evidence={"compute_pids": {str(i): list(p) for i, p in busy_gpus.items()}},
+            evidence={"cause": "busy_gpus", "compute_pids": {str(i): list(p) for i, p in busy_gpus.items()}},
             remedy="run `dltune check` when the node is idle (e.g. drained, or inside an exclusive job)",
         )
     if not torch_installed:
         return Result(
             "bench.run",
             Status.SKIP,
-            "bench not run: PyTorch is not installed",
-            remedy="pip install 'dltune[bench]' (or use a Python environment that has torch)",
+            f"bench not run, node not proved: PyTorch is not installed where dltune runs; {TORCH_FIX}",
+            evidence={"cause": "no_torch"},
+            remedy=TORCH_REMEDY,
         )
     return None
+
+
+def torch_gpu_gate(torch: TorchCuda, nvml_gpus: int, driver_version: str | None) -> Result | None:
+    """Whether the PyTorch `dltune check` found can bench the GPUs NVML reports (None: it can, or the
+    node has none, and the bench runs on the CPU). A PyTorch that sees none of them would bench the
+    CPU and pass: not proved, saying what torch reports (torch.version.cuda None: a CPU-only build)."""
+    if torch.available or nvml_gpus <= 0:
+        return None
+    driver = f"driver {driver_version}" if driver_version else "the driver"
+    sees = f"NVML reports {nvml_gpus} GPU(s)"
+    sees_on = f"{sees} ({driver})" if driver_version else sees
+    evidence: dict[str, object] = {
+        "torch_version": torch.version,
+        "torch_cuda": torch.cuda,
+        "torch_cuda_available": False,
+        "nvml_gpus": nvml_gpus,
+        "driver_version": driver_version,
+    }
+    if torch.warning:
+        evidence["torch_warning"] = torch.warning
+    if torch.visible_devices is not None:
+        evidence["CUDA_VISIBLE_DEVICES"] = torch.visible_devices
+    cause = "torch_sees_no_gpu"
+    if torch.cuda is None:
+        why = f"PyTorch {torch.version} is a CPU-only build (torch.version.cuda: None), {sees_on}"
+        fix = "install a CUDA build"
+    elif torch.warning and DRIVER_TOO_OLD.search(torch.warning):
+        cause = "torch_cuda_newer_than_driver"
+        found = DRIVER_CUDA_FOUND.search(torch.warning)
+        supports = f" (CUDA {_cuda_version(int(found[1]))})" if found else ""
+        why = (
+            f"PyTorch {torch.version} (torch.version.cuda: {torch.cuda}) sees no GPU: its CUDA is newer "
+            f"than {driver}{supports} supports; {sees}"
+        )
+        fix = "install a PyTorch built for the driver's CUDA (or a newer driver, role nvidia_driver)"
+    else:
+        hidden = "" if torch.visible_devices is None else f", CUDA_VISIBLE_DEVICES={torch.visible_devices!r}"
+        why = f"PyTorch {torch.version} (torch.version.cuda: {torch.cuda}{hidden}) sees no GPU, {sees_on}"
+        fix = "install a PyTorch that sees them (compare `nvidia-smi` with torch.cuda.is_available())"
+    return Result(
+        "bench.run",
+        Status.SKIP,
+        f"bench not run, node not proved: {why}; {fix}: {TORCH_FIX}",
+        evidence={"cause": cause, **evidence},
+        remedy=TORCH_REMEDY,
+    )
+
+
+def _cuda_version(encoded: int) -> str:
+    """CUDA's version as its API encodes it (1000 x major + 10 x minor: 11040 is 11.4)."""
+    return f"{encoded // 1000}.{encoded % 1000 // 10}"
+
+
+def not_proved(result: Result) -> bool:
+    """A bench.run that says the bench should have run and could not (NOT_PROVED_CAUSES)."""
+    return result.id == "bench.run" and result.evidence.get("cause") in NOT_PROVED_CAUSES
+
+
+def check_exit_code(results: Iterable[Result]) -> int:
+    """`dltune check`'s exit code: a fail 1, else an error 2 (model.exit_code), else 3 where the bench
+    should have run and could not (EXIT_NOT_PROVED), else 0. A deliberate skip of the bench (--no-bench,
+    a critical failure, a job on the GPUs) leaves the audit's code."""
+    results = list(results)
+    code = exit_code(results)
+    if code == EXIT_OK and any(not_proved(r) for r in results):
+        return EXIT_NOT_PROVED
+    return code
 
 
 def judge_host_transfers(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import warnings
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,8 +22,11 @@ from dltune.commands import (
     stdout_console,
 )
 from dltune.commands.audit import audit_results
-from dltune.model import Result, Status, exit_code
+from dltune.model import Result, Status
 from dltune.probes.watchdog import Deadline
+
+if TYPE_CHECKING:
+    from dltune.bench.judge import TorchCuda
 
 
 # long: mostly its option declarations
@@ -64,10 +69,14 @@ def check(
         ),
     ] = None,
 ) -> None:
-    """Audit this node, then run `dltune bench --quick` on its GPUs (CPU where none), unless a critical
-    check failed, a job is using a GPU, or PyTorch is missing (each said as a skipped bench.run); with
-    --dcgm, DCGM's diagnostic first, under the same conditions. Exit 0 ok, 1 a fail, 2 usage/error."""
-    from dltune.bench.judge import bench_gate
+    """Audit this node, then run `dltune bench --quick` on its GPUs (CPU where NVML sees none), unless
+    asked not to, a critical check failed or a job is using a GPU (each a skipped bench.run); with
+    --dcgm, DCGM's diagnostic first, under the same conditions.
+
+    Exit 0 ok; 1 a fail; 2 usage or an error, no fail; 3 no fail and no error, but the node is not
+    proved: the bench could not run (no PyTorch, or a PyTorch that sees none of the GPUs NVML reports;
+    bench.run names the role variables that fix it)."""
+    from dltune.bench.judge import bench_gate, check_exit_code, torch_gpu_gate
 
     if device not in (None, "cpu", "cuda"):
         raise typer.BadParameter(f"{device}: give cpu or cuda", param_hint="--device")
@@ -81,7 +90,11 @@ def check(
         results += _dcgm_results(
             dcgm, dcgm_timeout or DCGM_TIMEOUT_S[dcgm], bench_gate(results, busy, True, False), nvml_timeout
         )
-    gate = bench_gate(results, busy, importlib.util.find_spec("torch") is not None, no_bench)
+    gate = bench_gate(results, busy, _torch_installed(), no_bench)
+    if gate is None and device != "cpu":  # --device cpu: the CPU was asked for, whatever torch sees
+        torch, nvml = _torch_cuda(), snapshot.nvml
+        gpus = len(nvml.gpus) if nvml.available else 0
+        gate = torch if isinstance(torch, Result) else torch_gpu_gate(torch, gpus, nvml.driver_version)
     results += [gate] if gate is not None else _quick_bench(device)
     from dltune.report import render_human, render_json
 
@@ -91,7 +104,7 @@ def check(
     else:
         asked = frozenset({"bench.run", *(("gpu.dcgm",) if dcgm is not None else ())})
         render_human(results, stdout_console(), host, what="check", show_all=show_all, asked=asked)
-    raise typer.Exit(exit_code(results))
+    raise typer.Exit(check_exit_code(results))
 
 
 def _dcgm_results(level: int, seconds: float, blocked: Result | None, nvml_timeout: float) -> list[Result]:
@@ -113,6 +126,33 @@ def _dcgm_results(level: int, seconds: float, blocked: Result | None, nvml_timeo
         snapshot = replace(snapshot, nvml=probe_nvml_in_child(nvml_timeout, Deadline(nvml_timeout + 5)))
     judged = judge_dcgm(snapshot)
     return [judged] if isinstance(judged, Result) else list(judged)
+
+
+def _torch_installed() -> bool:
+    """Whether dltune's Python finds PyTorch (without importing it: that takes seconds)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def _torch_cuda() -> TorchCuda | Result:
+    """What the installed PyTorch says of CUDA (the probe; torch_gpu_gate judges it), or the error of a
+    PyTorch that does not import."""
+    from dltune.bench.judge import TorchCuda
+
+    try:
+        import torch
+
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            available = bool(torch.cuda.is_available())
+    except Exception as exc:  # a broken install (a library missing) is said in bench.run, not raised
+        return Result("bench.run", Status.ERROR, f"bench could not run: import torch failed: {exc}")
+    return TorchCuda(
+        version=str(torch.__version__),
+        cuda=getattr(torch.version, "cuda", None),
+        available=available,
+        warning=" ".join(str(w.message) for w in warned) or None,
+        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
 
 
 def _quick_bench(device: str | None) -> list[Result]:

@@ -706,6 +706,6 @@ def test_the_gate_names_every_critical_failure() -> None:
         "bench.run",
         Status.SKIP,
         "bench not run: critical check(s) failed: gpu.ecc, gpu.xid",
-        evidence={"critical_failures": ["gpu.ecc", "gpu.xid"]},
+        evidence={"cause": "critical_failure", "critical_failures": ["gpu.ecc", "gpu.xid"]},
         remedy="fix the critical findings above, then rerun `dltune check`",
     )

@@ -13,6 +13,7 @@ from dltune.bench.judge import (
     Bandwidth,
     Matmul,
     PowerReading,
+    TorchCuda,
     Training,
     bench_gate,
     judge_allreduce,
@@ -32,6 +33,7 @@ from dltune.bench.judge import (
     judge_torchrun_failed,
     judge_training,
     stderr_excerpt,
+    torch_gpu_gate,
 )
 from dltune.model import Result, Status
 from tests.unit.test_golden_verdicts import _compare
@@ -138,6 +140,19 @@ def _cases() -> dict[str, list[Result] | Result | str | None]:
         "gate_busy": bench_gate([], {0: [4242], 3: [77]}, True, False),
         "gate_no_torch": bench_gate([], {}, False, False),
         "gate_open": bench_gate([], {}, True, False),
+        "gate_torch_cpu_build": torch_gpu_gate(TorchCuda("2.5.1+cpu", None, False), 8, "550.54.15"),
+        "gate_torch_driver_too_old": torch_gpu_gate(
+            TorchCuda(
+                "2.5.1+cu124",
+                "12.4",
+                False,
+                "CUDA initialization: The NVIDIA driver on your system is too old (found version 11040).",
+            ),
+            8,
+            "470.256.02",
+        ),
+        "gate_torch_hidden": torch_gpu_gate(TorchCuda("2.5.1+cu124", "12.4", False, None, ""), 4, None),
+        "gate_torch_no_gpu_here": torch_gpu_gate(TorchCuda("2.5.1+cpu", None, False), 0, None),
         "compile": judge_compile(2900.0, 3400.0, None),
         "compile_slower": judge_compile(2900.0, 2500.0, None),
         "compile_failed": judge_compile(2900.0, None, "torch._dynamo.exc.BackendCompilerFailed: inductor"),
