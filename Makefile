@@ -14,7 +14,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SLOW_SCENARIOS := default
 SCENARIOS := $(filter-out $(SLOW_SCENARIOS),$(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))))
 
-.PHONY: help venv lab lab-down images wheelhouse collection lint unit py310 browser pytest test-slow fuzz mutation molecule test demo bench clean
+.PHONY: help venv lab lab-down images wheelhouse collection release lint unit py310 browser pytest test-slow fuzz mutation molecule test demo bench clean
 
 help:
 	@grep -E '^#' Makefile | head -4
@@ -39,11 +39,17 @@ images:
 wheelhouse:
 	bash tests/lab/wheelhouse.sh
 
-# The Ansible collection dltune.cluster (galaxy.yml) with the wheelhouse inside (roles/dltune/files/), so
-# an installed collection installs dltune on the nodes with no checkout: build/dltune-cluster-*.tar.gz.
-collection:
-	DLTUNE_WHEELHOUSE=$(CURDIR)/roles/dltune/files/wheelhouse bash tests/lab/wheelhouse.sh
-	ansible-galaxy collection build --force --output-path build .
+# The Ansible collection dltune.cluster, built by allow-list (tests/lab/collection.sh: the files git
+# tracks under its entries, and the wheelhouse at build/wheelhouse, the same path inside the installed
+# collection): build/dltune-cluster-*.tar.gz. Needs python3 with pip and ansible-galaxy.
+collection: wheelhouse
+	bash tests/lab/collection.sh
+
+# What an offline controller installs: build/release/ holds dltune.cluster (the nodes' wheels inside)
+# and its dependency collections ansible.posix and community.general, taken from this controller's
+# Ansible (the `ansible` package from PyPI carries them): no Galaxy anywhere.
+release: wheelhouse
+	bash tests/lab/collection.sh release
 
 lint: venv
 	ruff check .

@@ -119,7 +119,10 @@ def _import_torch() -> Any:
     try:
         import torch
     except ImportError as exc:
-        raise BenchError("dltune bench needs PyTorch: pip install 'dltune[bench]'") from exc
+        raise BenchError(
+            "dltune bench needs PyTorch: set dltune_bench_python or dltune_bench_torch_packages of role "
+            "dltune.cluster.dltune (by hand: pip install 'dltune[bench]')"
+        ) from exc
     return torch
 
 

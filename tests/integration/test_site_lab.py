@@ -23,6 +23,7 @@ import yaml
 from dltune.slurm_health import parse_node
 from tests.conftest import REPO_ROOT
 from tests.integration.test_prometheus_live import alerts_and_panels, assert_fires_for_only, needed
+from tests.integration.test_readme_commands import admin_env, run_install_block
 
 pytestmark = pytest.mark.lab
 NODES = ("dltune-lab-node1", "dltune-lab-node2", "dltune-lab-node3")
@@ -92,30 +93,24 @@ def audit_as_nobody(node: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def installed_collection(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The environment of an admin's controller: dltune.cluster built by `make collection` (the wheels
-    inside) and installed offline into a folder of its own, which is the only collections path; no
-    roles path, no DLTUNE_WHEELHOUSE. The checkout's roles and its collections/ link are out of reach."""
-    built = subprocess.run(
-        ["make", "-s", "collection"], cwd=REPO_ROOT, capture_output=True, text=True, check=False, timeout=600
-    )
-    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    version = yaml.safe_load((REPO_ROOT / "galaxy.yml").read_text())["version"]
-    artifact = REPO_ROOT / f"build/dltune-cluster-{version}.tar.gz"
-    target = tmp_path_factory.mktemp("controller")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "DLTUNE_"))}
-    env |= {"ANSIBLE_COLLECTIONS_PATH": str(target / "collections")}
-    env |= {"ANSIBLE_ROLES_PATH": str(target / "roles")}
-    installed = subprocess.run(
-        ["ansible-galaxy", "collection", "install", "--offline", str(artifact)],
-        cwd=target, env=env, capture_output=True, text=True, check=False, timeout=300,
+    """The environment of an admin's controller, made by the README's Install section run verbatim
+    (test_readme_commands.run_install_block): `make release`, dltune.cluster and its two dependency
+    collections installed offline into ~/.ansible/collections of a HOME of the test's own, the
+    controller's dltune in ~/dltune-venv, the example ansible.cfg in ~/dltune-site (the cwd). No
+    checkout's ansible.cfg, roles path or collections/ link, no DLTUNE_WHEELHOUSE. The lab inventory
+    brings its connection settings (docker)."""
+    home = tmp_path_factory.mktemp("admin")
+    installed = run_install_block(home)
+    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
+    return admin_env(home) | {"ADMIN_SITE": str(home / "dltune-site")}
+
+
+def admin_playbook(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook as the admin runs it: from ~/dltune-site, the installed collection's names."""
+    return subprocess.run(
+        ["ansible-playbook", *args], cwd=env["ADMIN_SITE"], env=env, capture_output=True, text=True,
+        check=False, timeout=900,
     )  # fmt: skip
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    # The lab inventory's connection settings (docker, the VM's SSH) come with it; ansible.cfg does not.
-    env |= {"ANSIBLE_CONFIG": str(target / "ansible.cfg")}
-    (target / "ansible.cfg").write_text(
-        "[defaults]\ninterpreter_python = auto_silent\nforks = 25\n[connection]\npipelining = true\n"
-    )
-    return env
 
 
 def test_site_converges_idempotently_and_nodes_audit_clean(
@@ -123,16 +118,17 @@ def test_site_converges_idempotently_and_nodes_audit_clean(
 ) -> None:
     """Run from the installed collection (`dltune.cluster.site`), its role `dltune` installing dltune
     from the wheels the collection carries."""
-    site = ["ansible-playbook", "dltune.cluster.site", "-i", str(REPO_ROOT / "inventory")]
-    env, cwd = installed_collection, installed_collection["ANSIBLE_COLLECTIONS_PATH"]
-    first = subprocess.run(site, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=900)
+    site = ["dltune.cluster.site", "-i", str(REPO_ROOT / "inventory")]
+    env = installed_collection
+    first = admin_playbook(env, *site)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
     # Each node's wheelhouse is the one inside the installed collection, byte for byte.
-    carried = Path(cwd) / "ansible_collections/dltune/cluster/roles/dltune/files/wheelhouse.tar"
+    collection = Path(env["HOME"]) / ".ansible/collections/ansible_collections/dltune/cluster"
+    carried = collection / "build/wheelhouse.tar"
     shipped = hashlib.sha256(carried.read_bytes()).hexdigest()
     for node in NODES:
         assert docker_exec(node, "sha256sum", "/opt/dltune/wheelhouse.tar").split()[0] == shipped, node
-    second = subprocess.run(site, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=900)
+    second = admin_playbook(env, *site)
     assert second.returncode == 0, second.stdout[-4000:]
     for node in (*NODES, CONTROLLER):
         assert re.search(rf"^{node}\s*:.*changed=0", second.stdout, re.M), second.stdout[-2000:]
@@ -163,6 +159,40 @@ def test_site_converges_idempotently_and_nodes_audit_clean(
         assert results["staging.slurm_hooks"]["status"] == "pass", results["staging.slurm_hooks"]
         outside = results["staging.slurm_tmpdir"]
         assert outside["status"] == "skip" and "not inside a Slurm job" in outside["summary"], outside
+
+
+def test_the_admins_path_benches_and_reports_every_node_with_the_roles_pytorch(
+    lab: None, installed_collection: dict[str, str], tmp_path: Path
+) -> None:
+    """The mission end to end as an admin walks it, from the installed release: each node's dltune
+    (role dltune, dltune_bench_python naming the site's PyTorch environment, as inventory/lab.yml
+    does) runs `dltune.cluster.bench` and `dltune.cluster.audit`, and the one report holds every
+    node's audit and a bench that ran (no node skipped for want of PyTorch). Lab nodes have fake NVML
+    GPUs that torch cannot use: the bench measures the CPU (--device cpu), short sections (2 cores)."""
+    env, report_dir = installed_collection, tmp_path / "report"
+    report = ["-e", f"dltune_report_dir={report_dir}",
+              "-e", f"dltune_report_executable={env['HOME']}/dltune-venv/bin/dltune"]  # fmt: skip
+    quick = ["--quick", "--device", "cpu", "--no-dataloader-sweep", "--no-determinism", "--no-data-parallel"]
+    inventory = ["-i", str(REPO_ROOT / "inventory")]
+    bench = admin_playbook(env, "dltune.cluster.bench", *inventory, *report,
+                           "-e", json.dumps({"dltune_bench_args": quick}))  # fmt: skip
+    assert bench.returncode == 0, bench.stdout[-4000:] + bench.stderr[-2000:]
+    assert "no PyTorch beside dltune on this node" not in bench.stdout, bench.stdout[-4000:]
+    audit = admin_playbook(env, "dltune.cluster.audit", *inventory, *report)
+    assert audit.returncode == 0, audit.stdout[-4000:] + audit.stderr[-2000:]
+    merged = {n["host"]: n for n in json.loads((report_dir / "cluster.json").read_text())["nodes"]}
+    assert sorted(merged) == sorted(NODES)
+    for node in NODES:
+        assert (report_dir / f"{node}.bench.json").is_file(), node
+        results = merged[node]["results"]
+        trained = [r for r in results if r["id"] == "bench.train_synthetic"]
+        assert trained and all(r["status"] in ("pass", "warn") for r in trained), (node, trained)
+        assert not [r for r in results if r["id"] == "bench.run" and r["status"] == "skip"], node
+        assert any(r["id"] == "storage.tmp_tmpfs" for r in results), node  # the audit beside it
+    # On the node, the installed dltune imports the site's torch (not one of its own).
+    torch_file = docker_exec(NODES[0], "env", "TMPDIR=/var/tmp", "/opt/dltune/venv/bin/python", "-c",
+                             "import torch; print(torch.__file__)")  # fmt: skip
+    assert not torch_file.startswith("/opt/dltune/"), torch_file
 
 
 def test_the_slurm_controller_runs_apart_and_shares_the_nodes_slurm_conf(lab: None) -> None:
@@ -321,7 +351,7 @@ def test_a_data_parallel_bench_spans_two_lab_nodes_through_slurm(lab: None) -> N
     group across both nodes (real PyTorch, the controller's, mounted by tests/lab/torch-env.sh), the
     ranks run on both hosts, and only the first node prints the results. CPU processes stand in for
     GPUs (no GPU here), so the scaling figure is labelled as not a GPU figure."""
-    bench = ["/opt/dltune-bench/bin/dltune", "bench", "--multi-node", "--device", "cpu", "--format", "json"]
+    bench = ["dltune", "bench", "--multi-node", "--device", "cpu", "--format", "json"]
     job = srun_as_alice("--nodes=2", "--ntasks-per-node=1", f"--nodelist={NODES[0]},{NODES[1]}", *bench)
     assert job.returncode == 0, job.stderr[-3000:]
     report = json.loads(job.stdout)  # one document: the second node printed nothing
@@ -340,7 +370,7 @@ def test_a_data_parallel_bench_spans_two_lab_nodes_through_slurm(lab: None) -> N
 
 def find_slow_over_the_lab() -> dict[str, dict[str, Any]]:
     """`dltune bench --multi-node --find-slow` as one srun task per lab node: each node's result."""
-    bench = ["/opt/dltune-bench/bin/dltune", "bench", "--multi-node", "--find-slow", "--device", "cpu",
+    bench = ["dltune", "bench", "--multi-node", "--find-slow", "--device", "cpu",
              "--format", "json"]  # fmt: skip
     job = srun_as_alice("--nodes=3", "--ntasks-per-node=1", *bench, timeout=900)
     assert job.returncode in (0, 1), job.stderr[-3000:]
@@ -416,9 +446,7 @@ def test_bench_playbook_adds_the_multi_node_run_to_the_first_nodes_row(lab: None
 
 def test_a_multi_node_bench_with_two_tasks_on_one_node_is_refused(lab: None) -> None:
     """The misuse is named with the srun option that fixes it, before PyTorch starts."""
-    job = srun_as_alice(
-        "--nodes=1", "--ntasks=2", "/opt/dltune-bench/bin/dltune", "bench", "--multi-node", timeout=120
-    )
+    job = srun_as_alice("--nodes=1", "--ntasks=2", "dltune", "bench", "--multi-node", timeout=120)
     assert job.returncode != 0
     assert "2 tasks on 1 node(s)" in job.stderr and "--ntasks-per-node=1" in job.stderr, job.stderr
 

@@ -36,9 +36,7 @@ def pack(collection: Path, out_dir: Path) -> Path:
     kept = []
     for entry in files["files"]:
         path = collection / entry["name"]
-        if entry["name"] == ".":
-            kept.append(entry)
-        elif entry["ftype"] == "dir" and path.is_dir():
+        if entry["name"] == "." or (entry["ftype"] == "dir" and path.is_dir()):
             kept.append(entry)
         elif entry["ftype"] == "file" and path.is_file():
             if sha256(path.read_bytes()) != entry["chksum_sha256"]:
