@@ -719,7 +719,8 @@ def bench_gate(
         return Result(
             "bench.run",
             Status.SKIP,
-            f"bench not run, node not proved: PyTorch is not installed where dltune runs; {TORCH_FIX}",
+            f"bench not run, node not proved: PyTorch (torch and torchvision) is not installed where dltune "
+            f"runs; {TORCH_FIX}",
             evidence={"cause": "no_torch"},
             remedy=TORCH_REMEDY,
         )

@@ -116,14 +116,19 @@ def _dataset_dir(data: Path | None, scratch: Path, images: int = 48) -> tuple[Pa
 
 
 def _import_torch() -> Any:
+    """torch, once torchvision (its models, ImageFolder, and Pillow with it) is known to import too: the
+    bench trains a torchvision model on JPEGs, so a PyTorch without them is named here, before any
+    measurement, not as an internal error halfway through."""
     try:
-        import torch
+        for needed in ("torch", "torchvision", "PIL"):  # PIL: torchvision's image reader, for the samples
+            importlib.import_module(needed)
     except ImportError as exc:
         raise BenchError(
-            "dltune bench needs PyTorch: set dltune_bench_python or dltune_bench_torch_packages of role "
-            "dltune.cluster.dltune (by hand: pip install 'dltune[bench]')"
+            f"dltune bench needs PyTorch with torchvision ({exc.name or exc} is not installed where dltune "
+            "runs): set dltune_bench_python or dltune_bench_torch_packages of role dltune.cluster.dltune "
+            "(by hand: pip install 'dltune[bench]')"
         ) from exc
-    return torch
+    return importlib.import_module("torch")
 
 
 def torchrun_env(devices: list[str], environ: Mapping[str, str]) -> dict[str, str]:

@@ -129,8 +129,9 @@ def _dcgm_results(level: int, seconds: float, blocked: Result | None, nvml_timeo
 
 
 def _torch_installed() -> bool:
-    """Whether dltune's Python finds PyTorch (without importing it: that takes seconds)."""
-    return importlib.util.find_spec("torch") is not None
+    """Whether dltune's Python finds PyTorch and torchvision, both of which the bench needs (without
+    importing them: that takes seconds)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("torch", "torchvision"))
 
 
 def _torch_cuda() -> TorchCuda | Result:
