@@ -128,6 +128,13 @@ def _import_torch() -> Any:
             "runs): set dltune_bench_python or dltune_bench_torch_packages of role dltune.cluster.dltune "
             "(by hand: pip install 'dltune[bench]')"
         ) from exc
+    except Exception as exc:  # a torchvision built for another torch fails at its import (RuntimeError)
+        torch = sys.modules.get("torch")
+        raise BenchError(
+            f"torchvision does not load with PyTorch {getattr(torch, '__version__', '?')} "
+            f"({type(exc).__name__}: {exc}): install the torchvision release built for that torch (pairs: "
+            "pytorch.org), through dltune_bench_torch_packages or the dltune_bench_python environment"
+        ) from exc
     return importlib.import_module("torch")
 
 

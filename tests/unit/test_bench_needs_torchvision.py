@@ -41,3 +41,25 @@ def test_check_counts_pytorch_as_installed_only_with_torchvision(
         importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a)
     )
     assert not _torch_installed()
+
+
+def test_a_torchvision_built_for_another_torch_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a torchvision wheel built for another torch raises at import (seen with torch 2.13.0+cpu and
+    torchvision 0.28.0 from PyPI): RuntimeError "operator torchvision::nms does not exist"."""
+    pytest.importorskip("torchvision")
+    import dltune.bench.run as run
+
+    real = run.importlib.import_module
+
+    def load(name: str) -> object:
+        if name == "torchvision":
+            raise RuntimeError("operator torchvision::nms does not exist")
+        return real(name)
+
+    monkeypatch.setattr(run.importlib, "import_module", load)
+    with pytest.raises(BenchError) as raised:
+        _import_torch()
+    message = str(raised.value)
+    assert "torchvision does not load with PyTorch " in message
+    assert "(RuntimeError: operator torchvision::nms does not exist)" in message
+    assert "dltune_bench_torch_packages" in message
