@@ -1073,6 +1073,79 @@ def test_dltune_uninstalls_cleanly_and_reinstalls(lab: None) -> None:
     assert audit.returncode in (0, 1) and json.loads(audit.stdout)["results"], audit.stderr
 
 
+# PyTorch CPU wheels for Python 3.11 (the lab's mounted interpreter): on this project's package sources
+# torch 2.13.0 has a CPU build but no torchvision made for it (0.28.0 is built for the CUDA torch).
+SITE_TORCH = ["torch==2.13.0", "torchvision==0.28.0"]
+
+
+@pytest.fixture(scope="module")
+def site_torch_wheelhouse() -> Path:
+    """A site's PyTorch wheelhouse (what a site keeps on its mirror or NFS), downloaded once into build/."""
+    wheels = REPO_ROOT / "build/site-torch-wheels"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--implementation", "cp",
+         "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "-d", str(wheels), *SITE_TORCH],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return wheels
+
+
+def lab_python_base() -> str:
+    """The interpreter the lab mounts into each node at its own path (tests/lab/nodes.sh)."""
+    return subprocess.run(
+        [str(REPO_ROOT / ".venv/bin/python"), "-c", "import sys; print(sys.base_prefix)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def test_pytorch_installed_beside_dltune_from_a_site_wheelhouse(
+    lab: None, site_torch_wheelhouse: Path
+) -> None:
+    """Role dltune's other way to PyTorch (dltune_bench_torch_packages with dltune_bench_pip_args): on
+    one node, a Python 3.11 virtualenv (dltune_python) gets torch and torchvision from a wheelhouse on
+    the node (--no-index --find-links), idempotently, and the bench runs on that torch: far enough to
+    name the pair's mismatch (the only CPU pair this project's sources have), which proves it loaded
+    the wheels the role installed. Then the node goes back to the site environment (dltune_bench_python)
+    and the venv no longer holds a torch of its own."""
+    node, wheels = NODES[-1], "/var/tmp/site-torch-wheels"
+    limit = ("--limit", node)
+    subprocess.run(["docker", "exec", node, "rm", "-rf", wheels], check=True)
+    subprocess.run(["docker", "cp", str(site_torch_wheelhouse), f"{node}:{wheels}"], check=True)
+    install = json.dumps({
+        "dltune_bench_python": "", "dltune_python": f"{lab_python_base()}/bin/python3",
+        "dltune_bench_torch_packages": SITE_TORCH,
+        "dltune_bench_pip_args": f"--no-index --find-links {wheels}",
+    })  # fmt: skip
+    venv = "/opt/dltune/venv"
+    try:
+        first = ansible_playbook("playbooks/dltune.yml", "-i", "inventory", *limit, "-e", install)
+        assert first.returncode == 0, first.stdout[-4000:]
+        again = ansible_playbook("playbooks/dltune.yml", "-i", "inventory", *limit, "-e", install)
+        assert re.search(rf"^{node}\s*:.*changed=0 .*failed=0", again.stdout, re.M), again.stdout[-3000:]
+        shown = docker_exec(node, f"{venv}/bin/python", "-m", "pip", "show", "torch")
+        assert "Version: 2.13.0+cpu" in shown and f"Location: {venv}/lib/python3.11/site-packages" in shown
+        pth = docker_exec(node, "find", venv, "-name", "dltune-bench-env.pth")
+        assert pth == "", pth  # nothing of the site environment: its own torch only
+        bench = subprocess.run(
+            ["docker", "exec", node, "runuser", "-u", "nobody", "--", "env", "TMPDIR=/var/tmp", "dltune",
+             "bench", "--quick", "--device", "cpu", "--format", "json"],
+            capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+        assert bench.returncode == 2, (bench.stdout[-2000:], bench.stderr[-2000:])
+        assert "torchvision does not load with PyTorch 2.13.0+cpu" in bench.stderr, bench.stderr[-2000:]
+    finally:
+        # Back to the lab's way (inventory/lab.yml: dltune_bench_python); the installed torch must go
+        # first, or it would stand before the site's (the role does not uninstall what a list named).
+        subprocess.run(["docker", "exec", node, "rm", "-rf", venv, wheels], check=True)
+        back = ansible_playbook("playbooks/dltune.yml", "-i", "inventory", *limit)
+        subprocess.run(["docker", "exec", node, "rm", "-rf", "/var/tmp/torchinductor_nobody"], check=False)
+    assert back.returncode == 0, back.stdout[-3000:]
+    torch_file = docker_exec(node, "env", "TMPDIR=/var/tmp", f"{venv}/bin/python", "-c",
+                             "import torch; print(torch.__file__)")  # fmt: skip
+    assert not torch_file.startswith(venv), torch_file
+
+
 def test_health_expectations_go_from_role_variables_to_the_audit(lab: None) -> None:
     """The dltune role's dltune_health_* variables become health.json; the audit then expects an
     InfiniBand port and an IPoIB interface the lab node does not have, and fails critically naming
