@@ -13,6 +13,9 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+import yaml
+
 from tests.conftest import REPO_ROOT
 
 
@@ -42,9 +45,43 @@ def run_install_block(home: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_the_install_and_run_sections_work_verbatim_outside_the_checkout(tmp_path: Path) -> None:
-    installed = run_install_block(tmp_path)
+@pytest.fixture(scope="module")
+def admin_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The admin's HOME after the README's Install block, run once for this module's tests."""
+    home = tmp_path_factory.mktemp("admin")
+    installed = run_install_block(home)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    return home
+
+
+def built_at_run_time(playbook: str, warning: str) -> bool:
+    """A play on a group the playbook itself fills as it runs (add_host, group_by): --list-hosts
+    cannot know its hosts and says so."""
+    group = re.fullmatch(r"Could not match supplied host pattern, ignoring: (\w+)", warning)
+    path = REPO_ROOT / "playbooks" / f"{playbook.removeprefix('dltune.cluster.')}.yml"
+    if group is None or not path.is_file():
+        return False
+    text = path.read_text()
+    return f"'{group[1]}'" in text and (
+        "ansible.builtin.add_host" in text or "ansible.builtin.group_by" in text
+    )
+
+
+def syntax_checks(argv: list[str], env: dict[str, str], cwd: Path) -> None:
+    """ansible-playbook ARGV as written, stopped at --list-hosts and at --syntax-check."""
+    planned = [a for a in argv if a not in ("--check", "--diff")]
+    for check in (["--list-hosts"], ["--syntax-check"]):
+        done = subprocess.run([*planned, *check], cwd=cwd, env=env, capture_output=True, text=True,
+                              check=False, timeout=300)  # fmt: skip
+        warnings = [
+            w for w in re.findall(r"\[WARNING\]: (.*)", done.stderr) if not built_at_run_time(argv[1], w)
+        ]
+        assert done.returncode == 0 and not warnings, (argv, check, done.stderr)
+        assert str(REPO_ROOT) not in done.stdout + done.stderr, (argv, check)
+
+
+def test_the_install_and_run_sections_work_verbatim_outside_the_checkout(admin_home: Path) -> None:
+    tmp_path = admin_home
     site = tmp_path / "dltune-site"
     collections = tmp_path / ".ansible/collections/ansible_collections"
     # The three collections, installed from the release and nowhere else (no Galaxy here).
@@ -70,28 +107,86 @@ def test_the_install_and_run_sections_work_verbatim_outside_the_checkout(tmp_pat
         "dltune.cluster.site", "dltune.cluster.site", "dltune.cluster.audit", "dltune.cluster.bench",
     ]  # fmt: skip
     for argv in run:
-        planned = [a for a in argv if a not in ("--check", "--diff")]
-        for check in (["--list-hosts"], ["--syntax-check"]):
-            done = subprocess.run([*planned, *check], cwd=site, env=env, capture_output=True, text=True,
-                                  check=False, timeout=300)  # fmt: skip
-            assert done.returncode == 0 and "WARNING" not in done.stderr, (argv, check, done.stderr)
-            assert str(REPO_ROOT) not in done.stdout + done.stderr, (argv, check)
+        syntax_checks(argv, env, site)
 
 
-def test_a_missing_dependency_collection_is_named_before_any_change(tmp_path: Path) -> None:
+# Where an admin reads commands; docs/development.md and CONTRIBUTING.md are the developers' (checkout).
+USER_DOCS = [
+    p
+    for pattern in ("README.md", "docs/*.md", "roles/*/README.md", "examples/*.md")
+    for p in sorted(REPO_ROOT.glob(pattern))
+    if p.name != "development.md"
+]
+PLAYBOOKS = {p.stem for p in (REPO_ROOT / "playbooks").glob("*.yml")}
+
+
+def documented_playbook_runs() -> list[tuple[str, list[str]]]:
+    """Every `ansible-playbook ...` an admin's documentation shows, in a code block or a code span."""
+    found = []
+    for doc in USER_DOCS:
+        text = doc.read_text()
+        for command in re.findall(r"^(ansible-playbook [^\n`#]*)", text, re.M) + re.findall(
+            r"`(ansible-playbook [^`]*)`", text
+        ):
+            found.append((doc.relative_to(REPO_ROOT).as_posix(), shlex.split(command.strip())))
+    return found
+
+
+def test_every_documented_playbook_run_names_the_installed_collection_and_parses(admin_home: Path) -> None:
+    """What the docs tell an admin to run works with the installed collection: each playbook is named
+    dltune.cluster.<playbook> (a checkout path such as playbooks/audit.yml or site.yml exists only in a
+    checkout), and parses from the admin's directory with the copied example inventory."""
+    runs = documented_playbook_runs()
+    assert len(runs) >= 8, runs
+    env, site = admin_env(admin_home), admin_home / "dltune-site"
+    for where, argv in runs:
+        playbook = argv[1]
+        assert playbook.startswith("dltune.cluster.") and playbook.split(".", 2)[2] in PLAYBOOKS, (
+            where,
+            argv,
+        )
+        # The docs' placeholders for the inventory: the admin's copy of the example.
+        argv = ["my-site" if a in ("...", "path/to/your/inventory") else a for a in argv]
+        if "-i" not in argv:
+            argv += ["-i", "my-site"]
+        while "-l" in argv:  # a placeholder node: the example inventory's names are not the doc's
+            del argv[argv.index("-l") : argv.index("-l") + 2]
+        syntax_checks(argv, env, site)
+
+
+def test_the_role_readmes_example_plays_parse_with_the_installed_collection(admin_home: Path) -> None:
+    """Each role README's example play (a YAML block with hosts:) runs as written against the installed
+    collection: its roles by their fully qualified names."""
+    env, site = admin_env(admin_home), admin_home / "dltune-site"
+    plays = []
+    for readme in sorted((REPO_ROOT / "roles").glob("*/README.md")):
+        for block in re.findall(r"```yaml\n(.*?)```", readme.read_text(), re.S):
+            loaded = yaml.safe_load(block)
+            if isinstance(loaded, list) and loaded and isinstance(loaded[0], dict) and "hosts" in loaded[0]:
+                plays.append((readme.parent.name, block))
+    assert {role for role, _ in plays} >= {"data_disks", "tmpfs_tmp", "slurm_healthcheck"}, plays
+    for role, block in plays:
+        playbook = site / f"readme-{role}.yml"
+        playbook.write_text(block)
+        syntax_checks(["ansible-playbook", playbook.name, "-i", "my-site"], env, site)
+
+
+def test_a_missing_dependency_collection_is_named_before_any_change(admin_home: Path) -> None:
     """Without ansible.posix (an install that skipped it), a play that uses it stops before its first
     task with one line naming the module it could not resolve."""
-    installed = run_install_block(tmp_path)
-    assert installed.returncode == 0, installed.stderr[-3000:]
+    tmp_path = admin_home
     collections = tmp_path / ".ansible/collections/ansible_collections"
     (collections / "ansible/posix").rename(tmp_path / "posix-moved-away")
     env = admin_env(tmp_path)
     # The pip-installed `ansible` package would still provide it: only the installed ones count here.
     env["ANSIBLE_COLLECTIONS_PATH"] = str(tmp_path / ".ansible/collections")
     env["ANSIBLE_COLLECTIONS_SCAN_SYS_PATH"] = "false"
-    done = subprocess.run(
-        ["ansible-playbook", "dltune.cluster.tmpfs_tmp", "-i", "my-site", "--syntax-check"],
-        cwd=tmp_path / "dltune-site", env=env, capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
+    try:
+        done = subprocess.run(
+            ["ansible-playbook", "dltune.cluster.tmpfs_tmp", "-i", "my-site", "--syntax-check"],
+            cwd=tmp_path / "dltune-site", env=env, capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+    finally:
+        (tmp_path / "posix-moved-away").rename(collections / "ansible/posix")
     assert done.returncode != 0
     assert "ansible.posix" in done.stderr, done.stderr
