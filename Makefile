@@ -1,5 +1,5 @@
 # Two commands for a fresh machine (run as root: the lab starts a Docker engine):
-#   make demo   the lab (3 nodes, the NFS VM), site.yml, each node's audit and bench (and one over Slurm), the report
+#   make demo   the admin's path on the lab (3 nodes, the NFS VM): the README's install of the release, then dltune.cluster.site, each node's audit and bench (and one over Slurm), the report
 #   make test   everything CI runs: venv, lab, linters, staging and input tests on Python 3.10, pytest, each role's molecule scenario, lab down
 #   make test-slow   molecule default (the whole site, ~12 min) and nfs_multivip tier 3 (reboots of a systemd VM under QEMU/TCG, ~25 min), root
 SHELL := /bin/bash
@@ -118,14 +118,11 @@ molecule: venv
 test:
 	bash tests/run_all.sh
 
+# The admin's path (tests/lab/demo.sh): the README's Install block verbatim, outside the checkout, then
+# the installed dltune.cluster's site, bench and audit on the lab; the report in build/report/.
 demo: lab
 	bash tests/lab/nfs-vm.sh up
-	ansible-playbook site.yml -i inventory
-	@for node in $$(docker ps --filter label=org.dltune.lab=node --format '{{.Names}}' | sort); do \
-	  docker exec $$node runuser -u nobody -- dltune audit || true; \
-	done
-	ansible-playbook playbooks/bench.yml -i inventory -e dltune_bench_multinode=true -e dltune_report_dir=$(CURDIR)/build/report
-	ansible-playbook playbooks/audit.yml -i inventory -e dltune_report_dir=$(CURDIR)/build/report
+	bash tests/lab/demo.sh
 
 # Mutation testing of the decision modules ([tool.mutmut] in pyproject.toml): mutmut, then the score
 # and every survivor not explained in tests/mutation_equivalent.txt. Incremental: mutants/ keeps results.

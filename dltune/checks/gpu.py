@@ -95,11 +95,21 @@ def _unreadable_summary(gpu: Gpu) -> str:
     )
 
 
-@check("gpu.present", needs=("manifest:nvidia_driver",))
+def expected_gpu_count(snap: Snapshot) -> tuple[int | None, str | None]:
+    """How many GPUs the node must have, and who said so: role nvidia_driver's count where it manages
+    the driver, else the site's dltune_health_gpu_count (nodes whose driver another party manages)."""
+    for role, variable in (("nvidia_driver", "nvidia_driver"), ("health", "dltune_health_gpu_count")):
+        count = snap.expected.get(role, {}).get("gpu_count")
+        if count is not None:
+            return int(count), variable
+    return None, None
+
+
+@check("gpu.present", needs=("manifest:nvidia_driver", "manifest:health"))
 def present(snap: Snapshot) -> list[Result]:
     if not snap.nvml.available:
         return [_unavailable("gpu.present", snap)]
-    expected = snap.expected.get("nvidia_driver", {}).get("gpu_count")
+    expected, expected_by = expected_gpu_count(snap)
     healthy = [g for g in snap.nvml.gpus if g.error is None and g.unreadable is None]
     unreadable = [g for g in snap.nvml.gpus if g.unreadable is not None]
     results = [
@@ -120,6 +130,7 @@ def present(snap: Snapshot) -> list[Result]:
         "healthy": len(healthy),
         "unreadable": len(unreadable),
         "expected": expected,
+        "expected_by": expected_by,
         "models": sorted({g.name for g in healthy if g.name}),
     }
     hidden = (
@@ -128,12 +139,12 @@ def present(snap: Snapshot) -> list[Result]:
         if unreadable
         else ""
     )
-    if expected is not None and len(healthy) + len(unreadable) < int(expected):
+    if expected is not None and len(healthy) + len(unreadable) < expected:
         results.append(
             Result(
                 "gpu.present",
                 Status.FAIL,
-                f"{len(healthy)} of {expected} GPUs answer{hidden}",
+                f"{len(healthy)} of {expected} GPUs answer ({expected} expected by {expected_by}){hidden}",
                 evidence=evidence,
                 critical=True,
                 remedy="reseat or replace the missing GPU",
@@ -672,7 +683,7 @@ def _advice(buckets: list[str]) -> str:
 
 def _gpus_expected(snap: Snapshot) -> bool:
     """Whether this node should have GPUs: the driver role counted some, NVML or the PCI bus shows one."""
-    counted = snap.expected.get("nvidia_driver", {}).get("gpu_count")
+    counted, _ = expected_gpu_count(snap)
     return bool(counted) or bool(snap.nvml.gpus) or any(d.kind == "gpu" for d in snap.fabric.pci)
 
 

@@ -87,6 +87,7 @@ ROLE_KEYS: dict[str, dict[str, Field]] = {
         "ipoib_interfaces": optional(list, items=of(str)),
         "gpudirect_rdma": optional(bool),
         "nvlink_links_per_gpu": optional(int, type(None), minimum=0, maximum=64),
+        "gpu_count": optional(int, type(None), minimum=0, maximum=1024),
     },
     "slurm_tmpdir": {
         "base": of(str),

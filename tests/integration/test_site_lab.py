@@ -1149,7 +1149,9 @@ def test_pytorch_installed_beside_dltune_from_a_site_wheelhouse(
 def test_health_expectations_go_from_role_variables_to_the_audit(lab: None) -> None:
     """The dltune role's dltune_health_* variables become health.json; the audit then expects an
     InfiniBand port and an IPoIB interface the lab node does not have, and fails critically naming
-    them. A malformed port list stops the role before it changes anything, naming the variable."""
+    them; the node (in nvidia_driver_excluded: no count of the driver role's) is expected to have 5
+    GPUs and has 4, a critical gpu.present. A malformed port list stops the role before it changes
+    anything, naming the variable."""
     node, limit = NODES[0], ("--limit", NODES[0])
     fragment = "/etc/dltune/expected.d/health.json"
     before = docker_exec(node, "cat", fragment)
@@ -1158,6 +1160,7 @@ def test_health_expectations_go_from_role_variables_to_the_audit(lab: None) -> N
         "dltune_health_ipoib_interfaces": ["ib0"],
         "dltune_health_gpu_numa_nodes": {"0000:3b:00.0": 0},
         "dltune_health_gpu_nearest_nics": {"0000:3b:00.0": ["mlx5_0"]},
+        "dltune_health_gpu_count": 5,
     }
     try:
         applied = ansible_playbook(
@@ -1174,6 +1177,11 @@ def test_health_expectations_go_from_role_variables_to_the_audit(lab: None) -> N
         }
         assert failed[("fabric.ib_ports", "mlx5_*/1")]["critical"]
         assert failed[("fabric.ipoib", "ib0")]["critical"]
+        gpus = audit_as_nobody(node, "--only", "gpu")
+        lost = [r for r in json.loads(gpus.stdout)["results"] if r["id"] == "gpu.present"]
+        assert [(r["status"], r["summary"], r["critical"]) for r in lost] == [
+            ("fail", "4 of 5 GPUs answer (5 expected by dltune_health_gpu_count)", True)
+        ], lost
         current = docker_exec(node, "cat", fragment)
         bad = ansible_playbook(
             "playbooks/dltune.yml",

@@ -147,3 +147,30 @@ def test_a_gpu_hidden_by_the_job_s_cgroup_counts_as_present() -> None:
         Snapshot(root="/", nvml=NvmlState(True, gpus=gpus), expected={"nvidia_driver": {"gpu_count": 3}})
     )
     assert (result.status, result.critical) == (Status.FAIL, True)
+
+
+FOUR_GPUS = tuple(Gpu(index=i, name="NVIDIA H100 80GB HBM3") for i in range(4))
+
+
+@pytest.mark.parametrize(
+    ("expected", "status", "summary"),
+    [
+        ({}, Status.PASS, "4 GPUs answer"),
+        ({"health": {"gpu_count": 4}}, Status.PASS, "4 GPUs answer"),
+        ({"health": {"gpu_count": 5}}, Status.FAIL,
+         "4 of 5 GPUs answer (5 expected by dltune_health_gpu_count)"),
+        ({"health": {"gpu_count": None}}, Status.PASS, "4 GPUs answer"),
+        # Where role nvidia_driver counted them, its count is the one judged.
+        ({"nvidia_driver": {"gpu_count": 4}, "health": {"gpu_count": 8}}, Status.PASS, "4 GPUs answer"),
+        ({"nvidia_driver": {"gpu_count": 5}, "health": {"gpu_count": 4}}, Status.FAIL,
+         "4 of 5 GPUs answer (5 expected by nvidia_driver)"),
+    ],
+)  # fmt: skip
+def test_the_sites_gpu_count_is_judged_where_the_driver_role_counts_none(
+    expected: dict[str, dict[str, int | None]], status: Status, summary: str
+) -> None:
+    """Nodes whose driver another party manages (nvidia_driver_excluded: DGX OS) get their count from
+    the inventory (role dltune's dltune_health_gpu_count, in health.json): one GPU short fails."""
+    results = present(Snapshot(root="/", nvml=NvmlState(True, gpus=FOUR_GPUS), expected=expected))
+    assert [(r.status, r.summary) for r in results][-1:] == [(status, summary)]
+    assert results[-1].critical is (status is Status.FAIL)
