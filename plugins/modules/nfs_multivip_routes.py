@@ -53,6 +53,34 @@ def route_change(vip: dict, state: str, current: list[dict]) -> list[str] | None
     return ["ip", "route", "del", prefix] if current else None
 
 
+def route_text(route: dict) -> str:
+    """One route as `ip route` prints it: prefix, dev, src (what the diff shows)."""
+    words = [str(route.get("dst", "")), "dev", str(route.get("dev", "?"))]
+    if route.get("prefsrc"):
+        words += ["src", str(route["prefsrc"])]
+    return " ".join(words)
+
+
+def routes_diff(changes: list[dict], vips: list[dict], state: str) -> dict[str, str]:
+    """--diff of the host routes this run changes: each changed VIP's routes before, and its one route
+    after (none after an absent)."""
+    changed = {change["route"] for change in changes}
+    before = [
+        route_text({**route, "dst": change["route"]}) for change in changes for route in change["before"]
+    ]
+    after = [
+        route_text({"dst": f"{vip['address']}/32", "dev": vip["interface"], "prefsrc": vip["source"]})
+        for vip in vips
+        if state == "present" and f"{vip['address']}/32" in changed
+    ]
+    return {
+        "before": "".join(f"{line}\n" for line in before),
+        "after": "".join(f"{line}\n" for line in after),
+        "before_header": "ip route (VIP host routes)",
+        "after_header": "ip route (VIP host routes)",
+    }
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -76,7 +104,9 @@ def main() -> None:
             rc, _, err = module.run_command(argv)
             if rc != 0:
                 module.fail_json(msg=f"{' '.join(argv)} failed: {err.strip()}", changes=changes)
-    module.exit_json(changed=bool(changes), changes=changes)
+    params = module.params
+    diff = {"diff": routes_diff(changes, params["vips"], params["state"])} if changes and module._diff else {}
+    module.exit_json(changed=bool(changes), changes=changes, **diff)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ options:
   hooks: {type: dict, required: true, description: prolog/epilog/task_prolog -> our program path}
   hooks_config: {type: path, required: true, description: JSON file our hooks read (site hooks etc.)}
   settings: {type: dict, default: {}, description: extra keys written into hooks_config}
-  manage_conf: {type: bool, default: true, description: false on configless nodes (no slurm.conf here)}
+  manage_conf: {type: bool, default: true, description: false where another host edits slurm.conf}
+  site_hooks: {type: dict, default: null, description: "manage_conf false: the site hooks its editor found"}
   state: {type: str, default: present, choices: [present, absent], description: absent restores site hooks}
 """
 
@@ -170,6 +171,7 @@ def main() -> None:
             "hooks_config": {"type": "path", "required": True},
             "settings": {"type": "dict", "default": {}},
             "manage_conf": {"type": "bool", "default": True},
+            "site_hooks": {"type": "dict", "default": None},
             "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
         },
         supports_check_mode=True,
@@ -194,7 +196,9 @@ def main() -> None:
 
     conf_before = conf_after = ""
     notes: list[str] = []
-    site_hooks = recorded
+    # A host that does not edit slurm.conf (configless, or one file shared by every host) chains the
+    # site's hooks that the editing host found there: without them its jobs would skip the site's own.
+    site_hooks = recorded if p["site_hooks"] is None or p["manage_conf"] else dict(p["site_hooks"])
     if p["manage_conf"]:
         try:
             with open(p["conf"]) as handle:
@@ -202,7 +206,8 @@ def main() -> None:
         except FileNotFoundError:
             module.fail_json(
                 msg=f"slurm_tmpdir_conf={p['conf']} does not exist: is Slurm installed and configured here? "
-                "On a configless node set slurm_tmpdir_manage_conf: false."
+                "Where one host edits a shared slurm.conf (configless Slurm, or one file over NFS), name it "
+                "in slurm_tmpdir_conf_writer."
             )
         try:
             conf_after, site_hooks, notes = plan(conf_before, ours, recorded)

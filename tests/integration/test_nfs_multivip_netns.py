@@ -64,6 +64,8 @@ class Applied:
     rc: int
     changed: int
     failures: list[str]
+    # task name -> the diffs its results carried (--diff), each {"before": ..., "after": ...}
+    diffs: dict[str, list[dict[str, Any]]]
 
 
 class ClientNode:
@@ -99,14 +101,15 @@ class ClientNode:
             (r["id"], r["subject"]): r["status"] for r in json.loads(done.stdout)["results"]
         }
 
-    def apply(self, extra_vars: dict[str, Any], *, check: bool = False) -> Applied:
+    def apply(self, extra_vars: dict[str, Any], *, check: bool = False, diff: bool = False) -> Applied:
         playbook = REPO_ROOT / "tests/integration/playbooks/nfs_multivip.yml"
         ansible = Path(sys.executable).parent / "ansible-playbook"
         inner = (
             f"mount -t overlay overlay -o lowerdir=/etc,upperdir={self.upper},workdir={self.work} /etc"
             f" && exec {ansible} -c local -i localhost, -e ansible_python_interpreter={sys.executable}"
             f" -e '{json.dumps(extra_vars)}' {playbook}" + (" --check" if check else "")
-        )
+            + (" --diff" if diff else "")
+        )  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "SSH_CONNECTION"}
         env |= {
             "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
@@ -128,7 +131,17 @@ class ClientNode:
             for task in play["tasks"]
             if task["hosts"].get("localhost", {}).get("failed")
         ]
-        return Applied(done.returncode, stats["changed"], failures)
+        diffs: dict[str, list[dict[str, Any]]] = {}
+        for play in report["plays"]:
+            for task in play["tasks"]:
+                result = task["hosts"].get("localhost", {})
+                for one in [result, *result.get("results", [])]:
+                    carried = one.get("diff") or []
+                    for shown in [carried] if isinstance(carried, dict) else carried:
+                        if shown.get("before") != shown.get("after"):
+                            name = task["task"]["name"].split(" : ", 1)[-1]  # without "<role> : "
+                            diffs.setdefault(name, []).append(shown)
+        return Applied(done.returncode, stats["changed"], failures, diffs)
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +211,29 @@ def test_bad_input_is_refused_before_any_change(node: ClientNode) -> None:
         assert applied.changed == 0
         assert "/32" not in client("ip", "route", "show")
         assert not (node.upper / "fstab").exists()
+
+
+def test_check_diff_previews_every_route_fstab_line_and_kernel_setting(node: ClientNode) -> None:
+    """`--check --diff` on the node before the first run shows what an admin must see (modules without
+    a diff of their own included): each VIP's host route, its fstab line, each ARP/rp_filter setting
+    in the sysctl file; and it changes none of them."""
+    applied = node.apply(BASE_VARS, check=True, diff=True)
+    assert applied.rc == 0, applied.failures
+    (routes,) = applied.diffs["Ensure each VIP's host route leaves by its interface and source address"]
+    assert (routes["before"], routes["after"]) == (
+        "", "".join(f"{v['address']}/32 dev {v['interface']} src {v['source']}\n" for v in VIPS)
+    )  # fmt: skip
+    fstab = [d["after"] for d in applied.diffs["Show the lines of /etc/fstab that change"]]
+    for vip in VIPS:
+        line = f"{vip['address']}:/nfs0 {vip['mount_point']} nfs "
+        assert sum(line in after for after in fstab) == 1, (vip, fstab)
+    sysctls = "".join(d["after"] for d in applied.diffs["Show the kernel settings that change"])
+    for nic in ("em1", "em2"):
+        for setting in ("arp_ignore=1", "arp_announce=2", "rp_filter=2"):
+            assert f"net.ipv4.conf.{nic}.{setting}\n" in sysctls, sysctls
+    assert "/32" not in client("ip", "route", "show")
+    assert not (node.upper / "fstab").exists()
+    assert client("sysctl", "-n", "net.ipv4.conf.em1.arp_ignore").strip() == "0"
 
 
 def test_routes_spread_the_vips_over_both_nics(node: ClientNode) -> None:

@@ -697,6 +697,70 @@ XID_RESET = (
 )
 
 
+SHARED_CONF = "/shared/slurm-etc/slurm.conf"
+
+
+def share_slurm_conf(hosts: tuple[str, ...]) -> str:
+    """Every host's /etc/slurm/slurm.conf becomes a link to one file on the shared filesystem (as a site
+    keeps one slurm.conf on NFS); each host's own copy is kept aside. The shared file's text."""
+    text = docker_exec(hosts[0], "cat", "/etc/slurm/slurm.conf")
+    docker_exec(hosts[0], "mkdir", "-p", os.path.dirname(SHARED_CONF))
+    docker_write(hosts[0], SHARED_CONF, text)
+    for host in hosts:
+        docker_exec(host, "mv", "/etc/slurm/slurm.conf", "/etc/slurm/slurm.conf.lab-own")
+        docker_exec(host, "ln", "-s", SHARED_CONF, "/etc/slurm/slurm.conf")
+    return text
+
+
+def unshare_slurm_conf(hosts: tuple[str, ...]) -> None:
+    for host in hosts:
+        subprocess.run(["docker", "exec", host, "rm", "-f", "/etc/slurm/slurm.conf"], check=True)
+        own = "/etc/slurm/slurm.conf.lab-own"
+        subprocess.run(["docker", "exec", host, "mv", own, "/etc/slurm/slurm.conf"], check=False)
+    subprocess.run(["docker", "exec", hosts[0], "rm", "-rf", os.path.dirname(SHARED_CONF)], check=True)
+    docker_exec(CONTROLLER, "scontrol", "reconfigure")
+
+
+def test_one_shared_slurm_conf_has_one_writer_and_every_host_keeps_its_link(lab: None) -> None:
+    """A site's one slurm.conf for the whole cluster (every host's a link to a file on the shared
+    filesystem; a configless site is the same to the roles: one file, the controller's). With
+    slurm_healthcheck_conf_writer / slurm_tmpdir_conf_writer naming the controller, it alone edits the
+    file: HealthCheckProgram is set once, every host's link stays a link, the other hosts install the
+    wrapper and chain the site hooks the writer found, and one reconfigure carries it to every slurmd
+    (scontrol show config on a node shows it). absent gives the shared file back byte for byte."""
+    hosts = (CONTROLLER, *NODES)
+    shared = share_slurm_conf(hosts)
+    writer = {"slurm_healthcheck_conf_writer": CONTROLLER, "slurm_tmpdir_conf_writer": CONTROLLER}
+    try:
+        done = ansible_playbook("playbooks/slurm_healthcheck.yml", "-i", "inventory",
+                                "-e", json.dumps({**HEALTHCHECK_VARS, **writer}))  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:]
+        edited = docker_exec(NODES[0], "cat", SHARED_CONF)
+        assert len(re.findall(r"^HealthCheckProgram=", edited, re.M)) == 1, edited
+        for host in hosts:
+            assert docker_exec(host, "readlink", "/etc/slurm/slurm.conf").strip() == SHARED_CONF, host
+        for node in NODES:
+            docker_exec(node, "test", "-x", "/usr/local/sbin/dltune-healthcheck")
+        config = docker_exec(NODES[2], "scontrol", "show", "config")
+        assert re.search(r"^HealthCheckProgram\s*=\s*/usr/local/sbin/dltune-healthcheck$", config, re.M)
+        tmpdir = ansible_playbook("playbooks/slurm_tmpdir.yml", "-i", "inventory", "-e", json.dumps(writer))
+        assert tmpdir.returncode == 0, tmpdir.stdout[-3000:]
+        assert docker_exec(NODES[0], "cat", SHARED_CONF) == edited  # the hooks were in it already
+        recorded = {h: json.loads(docker_exec(h, "cat", "/etc/slurm/dltune/hooks.json"))["site_hooks"]
+                    for h in hosts}  # fmt: skip
+        assert all(hooks == recorded[CONTROLLER] for hooks in recorded.values()), recorded
+        back = {**HEALTHCHECK_VARS, **writer, "slurm_healthcheck_state": "absent"}
+        absent = ansible_playbook(
+            "playbooks/slurm_healthcheck.yml", "-i", "inventory", "-e", json.dumps(back)
+        )
+        assert absent.returncode == 0, absent.stdout[-3000:]
+        assert docker_exec(NODES[0], "cat", SHARED_CONF) == shared
+        for host in hosts:
+            assert docker_exec(host, "readlink", "/etc/slurm/slurm.conf").strip() == SHARED_CONF, host
+    finally:
+        unshare_slurm_conf(hosts)
+
+
 def docker_write(node: str, path: str, text: str, mode: str = "0644") -> None:
     """A file in a lab node, its text passed on stdin (no shell quoting)."""
     argv = ["docker", "exec", "-i", node, "sh", "-c", f"cat > {path} && chmod {mode} {path}"]

@@ -61,9 +61,11 @@ for node in $LAB_CONTROLLER $LAB_NODES; do
     continue
   fi
   [ -n "$state" ] && docker rm -f "$node" >/dev/null
-  role=node extra=("${torch_mounts[@]}" --mount "type=bind,source=$LAB_SHARED,target=/shared,bind-propagation=rslave")
+  shared=(--mount "type=bind,source=$LAB_SHARED,target=/shared,bind-propagation=rslave")
+  role=node extra=("${torch_mounts[@]}" "${shared[@]}")
   if [ "$node" = "$LAB_CONTROLLER" ]; then
-    role=controller extra=()
+    # The controller sees the shared filesystem too, as where a site keeps one slurm.conf for all.
+    role=controller extra=("${shared[@]}")
   else
     # A new node starts with a blank disk, attached before the container so its /dev has the device.
     [ "$LAB_DATA_DISKS" = 1 ] && attach_blank_disk "$node"

@@ -218,3 +218,34 @@ def test_state_is_present_or_absent_only(
     assert result["failed"] is True
     assert result["msg"] == f"value of state must be one of: present, absent, got: {state}"
     assert node.calls == []
+
+
+def test_check_diff_shows_each_changed_vips_routes_before_and_after(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--check --diff`: a missing route and one on the wrong NIC are shown as `ip route` lines, before
+    and after; a right route is not shown; without --diff no diff is returned."""
+    right = [{**RIGHT[0], "dst": "10.21.115.8"}]
+    vip3 = {"address": "10.21.115.8", "interface": "em1", "source": "10.21.115.112"}
+    node = Node(
+        dict([shown("10.21.115.6/32", []), shown("10.21.115.7/32", WRONG), shown("10.21.115.8/32", right)])
+    )
+    result = run(
+        monkeypatch, capsys, node, vips=[VIP, VIP2, vip3], _ansible_check_mode=True, _ansible_diff=True
+    )
+    assert result["diff"] == {
+        "before": "10.21.115.7/32 dev em1 src 10.21.115.112\n",
+        "after": "10.21.115.6/32 dev em1 src 10.21.115.112\n10.21.115.7/32 dev em2 src 10.21.115.113\n",
+        "before_header": "ip route (VIP host routes)",
+        "after_header": "ip route (VIP host routes)",
+    }
+    node = Node(
+        dict([shown("10.21.115.7/32", WRONG), (("ip", "route", "del", "10.21.115.7/32"), (0, "", ""))])
+    )
+    removed = run(monkeypatch, capsys, node, vips=[VIP2], state="absent", _ansible_diff=True)
+    assert (removed["diff"]["before"], removed["diff"]["after"]) == (
+        "10.21.115.7/32 dev em1 src 10.21.115.112\n",
+        "",
+    )
+    node = Node(dict([shown("10.21.115.6/32", [])]))
+    assert "diff" not in run(monkeypatch, capsys, node, vips=[VIP], _ansible_check_mode=True)

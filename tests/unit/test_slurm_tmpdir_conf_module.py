@@ -159,7 +159,13 @@ def test_the_documented_defaults_are_the_ones_applied(
         conf_module.main()
     invocation = json.loads(capsys.readouterr().out)["invocation"]
     assert invocation == {
-        "module_args": {**args_for(paths), "settings": {}, "manage_conf": True, "state": "present"}
+        "module_args": {
+            **args_for(paths),
+            "settings": {},
+            "manage_conf": True,
+            "site_hooks": None,
+            "state": "present",
+        }
     }
 
 
@@ -250,6 +256,32 @@ def test_configless_node_without_slurm_conf_or_record(
     assert not (tmp_path / "absent.conf").exists()
 
 
+def test_a_host_that_does_not_edit_the_shared_conf_chains_the_site_hooks_its_writer_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """slurm_tmpdir_conf_writer: the writer's plan found the site's Prolog; a configless node (no
+    slurm.conf at all) gets it in its hooks.json from site_hooks, so its jobs still run the site's
+    Prolog; a rerun changes nothing. site_hooks is ignored where the host edits slurm.conf itself."""
+    hooks_config = tmp_path / "hooks.json"
+    found = {"prolog": SITE_PROLOG}
+    args = {"conf": str(tmp_path / "absent.conf"), "hooks": OURS, "hooks_config": str(hooks_config),
+            "manage_conf": False, "site_hooks": found, "settings": SETTINGS}  # fmt: skip
+    rc, result = run(args, capsys)
+    assert (rc, result["changed"], result["conf_changed"], result["site_hooks"]) == (0, True, False, found)
+    assert hooks_config.read_text() == hooks_json(SETTINGS, found)
+    assert not (tmp_path / "absent.conf").exists()
+    rc, again = run(args, capsys)
+    assert (rc, again["changed"]) == (0, False)
+    # The writer itself plans from slurm.conf: what it is told is not what it records.
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(SITE)
+    own = tmp_path / "own-hooks.json"
+    rc, result = run({**args, "conf": str(conf), "hooks_config": str(own), "manage_conf": True,
+                      "site_hooks": {"epilog": "/elsewhere"}}, capsys)  # fmt: skip
+    assert (rc, result["site_hooks"]) == (0, found)
+    assert conf.read_text() == APPLIED
+
+
 def test_missing_slurm_conf_fails_naming_the_variable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -260,7 +292,8 @@ def test_missing_slurm_conf_fails_naming_the_variable(
     assert result == {
         "failed": True,
         "msg": f"slurm_tmpdir_conf={conf} does not exist: is Slurm installed and configured here? "
-        "On a configless node set slurm_tmpdir_manage_conf: false.",
+        "Where one host edits a shared slurm.conf (configless Slurm, or one file over NFS), name it in "
+        "slurm_tmpdir_conf_writer.",
     }
     assert not hooks_config.exists() and not conf.exists()
 
