@@ -17,6 +17,8 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dltune.cluster.plugins.module_utils.slurm_conf import (
     LINE,
+    UntrustedLink,
+    edit_target,
     reassign,
     write_atomically,
 )
@@ -93,6 +95,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    try:  # before anything changes: a link to slurm.conf that the site's admin did not make is refused
+        edit_target(p["conf"])
+    except (UntrustedLink, OSError) as exc:
+        module.fail_json(msg=f"{p['conf']}: {exc}")
     keys = {str(k): str(v) for k, v in p["keys"].items()}
     bad = [f"{k}={v}" for k, v in keys.items() if not LINE.match(f"{k}={v}") or " " in v or "#" in v or not v]
     if bad:

@@ -17,6 +17,8 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dltune.cluster.plugins.module_utils.slurm_conf import (
     LINE,
+    UntrustedLink,
+    edit_target,
     reassign,
     write_atomically,
 )
@@ -177,6 +179,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    try:  # before anything changes: a link to slurm.conf that the site's admin did not make is refused
+        edit_target(p["conf"])
+    except (UntrustedLink, OSError) as exc:
+        module.fail_json(msg=f"{p['conf']}: {exc}")
     ours = {hook: str(p["hooks"][hook]) for hook in KEYS}
     try:
         with open(p["hooks_config"]) as handle:

@@ -195,6 +195,49 @@ def test_the_admins_path_benches_and_reports_every_node_with_the_roles_pytorch(
     assert not torch_file.startswith("/opt/dltune/"), torch_file
 
 
+def test_check_diff_of_the_site_on_a_fresh_node_reads_in_a_few_hundred_lines(
+    lab: None, installed_collection: dict[str, str], tmp_path: Path
+) -> None:
+    """The README's preview (`ANSIBLE_DISPLAY_OK_HOSTS=false ansible-playbook dltune.cluster.site
+    --check --diff`, the example ansible.cfg) on a node nothing has touched yet (a lab node and Slurm
+    controller of its own, started here): at most 300 lines, each file the site reads shown with its
+    diff once (fstab's /tmp line, dl_env's files, slurm.conf), dltune's own records and programs named
+    without their text, and nothing changed on the node."""
+    fresh, controller = "dltune-lab-fresh", "dltune-lab-fresh-ctl"
+    env = {**os.environ, "DLTUNE_LAB_NODES": fresh, "DLTUNE_LAB_CONTROLLER": controller,
+           "DLTUNE_LAB_DATA_DISKS": "0"}  # fmt: skip
+    subprocess.run(["bash", str(REPO_ROOT / "tests/lab/nodes.sh")], env=env, check=True, capture_output=True)
+    try:
+        node_vars = yaml.safe_load((REPO_ROOT / "inventory/lab.yml").read_text())["all"]["children"]
+        lab_vars = dict(node_vars["gpu_nodes"]["children"]["lab_containers"]["vars"])
+        lab_vars.pop("data_disks_devices")
+        inventory = tmp_path / "fresh.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"children": {
+            "gpu_nodes": {"hosts": {fresh: None}, "vars": lab_vars},
+            "slurm": {"hosts": {fresh: None}, "vars": {"slurm_tmpdir_min_free_gb": 1}},
+            "nvidia_driver_excluded": {"hosts": {fresh: None}},
+        }}}))  # fmt: skip
+        preview = subprocess.run(
+            ["ansible-playbook", "dltune.cluster.site", "-i", str(inventory), "--check", "--diff"],
+            cwd=installed_collection["ADMIN_SITE"],
+            env={**installed_collection, "ANSIBLE_DISPLAY_OK_HOSTS": "false"},
+            capture_output=True, text=True, check=False, timeout=900,
+        )  # fmt: skip
+        assert preview.returncode == 0, preview.stdout[-4000:]
+        lines = preview.stdout.splitlines()
+        assert len(lines) <= 300, f"{len(lines)} lines:\n{preview.stdout}"
+        shown = preview.stdout
+        assert re.search(r"^\+tmpfs /tmp tmpfs noatime,\S*size=10%\S* 0 0$", shown, re.M), shown
+        assert re.search(r"^\+CUBLAS_WORKSPACE_CONFIG=", shown, re.M), shown
+        assert re.search(r"^\+Prolog=/etc/slurm/dltune/prolog$", shown, re.M), shown
+        assert shown.count("slurm_tmpdir_hook") == 0 and shown.count('"schema_version"') == 0
+        # --check changed nothing on the node.
+        for path in ("/opt/dltune", "/etc/dltune/expected.d", "/etc/slurm/dltune"):
+            assert subprocess.run(["docker", "exec", fresh, "test", "-e", path], check=False).returncode == 1
+    finally:
+        subprocess.run(["docker", "rm", "-f", fresh, controller], check=False, capture_output=True)
+
+
 def test_the_slurm_controller_runs_apart_and_shares_the_nodes_slurm_conf(lab: None) -> None:
     """The lab's slurmctld runs in a container of its own, as on a cluster, and site.yml (slurm_tmpdir
     runs on the whole group slurm) left its slurm.conf the same as every node's: Slurm warns and

@@ -104,3 +104,50 @@ def test_an_assignment_gets_its_new_value_and_keeps_the_rest_of_its_line(line: s
 def test_a_line_that_assigns_nothing_is_refused(line: str) -> None:
     with pytest.raises(ValueError, match=r"not a slurm\.conf assignment"):
         SLURM_CONF.reassign(line, "/b")
+
+
+@pytest.mark.parametrize(("module", "new_mode"), MODULES)
+def test_a_linked_slurm_conf_is_edited_at_its_target_and_stays_a_link(
+    module: ModuleType, new_mode: int, tmp_path: Path
+) -> None:
+    """One slurm.conf shared by every host (here /etc/slurm/slurm.conf -> ../../shared/slurm.conf, as
+    a link to an NFS copy): the shared file gets the edit, the link stays a link to it, and the
+    temporary lives beside the shared file (the rename is atomic there, not across filesystems)."""
+    shared = tmp_path / "shared"
+    etc = tmp_path / "etc/slurm"
+    shared.mkdir()
+    etc.mkdir(parents=True)
+    (shared / "slurm.conf").write_text("old\n")
+    (shared / "slurm.conf").chmod(0o644)
+    link = etc / "slurm.conf"
+    link.symlink_to("../../shared/slurm.conf")
+    module._write_atomically(str(link), "new\n", os.stat(link))
+    assert link.is_symlink() and os.readlink(link) == "../../shared/slurm.conf"
+    assert (shared / "slurm.conf").read_text() == "new\n"
+    assert stat.S_IMODE((shared / "slurm.conf").stat().st_mode) == 0o644
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's link needs root (lchown)")
+@pytest.mark.parametrize("planted", ["link", "target_dir", "writable_dir"])
+def test_a_link_someone_else_could_have_made_is_never_followed(planted: str, tmp_path: Path) -> None:
+    """Root writes through a link only when the link, its directory and the target's directory are the
+    admin's: another user's link, a target in another user's directory, or a link in a directory others
+    can write is refused before anything is written, naming the path."""
+    slurm_conf = load_role_module("plugins/module_utils/slurm_conf.py")
+    victim, etc = tmp_path / "victim", tmp_path / "etc"
+    victim.mkdir()
+    etc.mkdir()
+    (victim / "root-only").write_text("secret\n")
+    link = etc / "slurm.conf"
+    link.symlink_to(victim / "root-only")
+    if planted == "link":
+        os.lchown(link, 65534, 65534)
+    elif planted == "target_dir":
+        os.chown(victim, 65534, 65534)
+    else:
+        etc.chmod(0o777)
+    with pytest.raises(slurm_conf.UntrustedLink, match="not followed"):
+        slurm_conf.write_atomically(str(link), "HealthCheckProgram=/tmp/evil\n", None, 0o600)
+    assert (victim / "root-only").read_text() == "secret\n" and link.is_symlink()
+    assert leftovers(tmp_path) == []

@@ -600,3 +600,19 @@ def test_the_sites_hook_lines_keep_their_spelling_and_comments_and_come_back_byt
     )
     restored, _ = conf_module.restore(applied, OURS, hooks)
     assert restored == site
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's link needs root (lchown)")
+def test_a_slurm_conf_link_another_user_made_fails_before_any_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The module refuses, naming the link, before it writes hooks.json or anything else."""
+    target = tmp_path / "elsewhere.conf"
+    target.write_text(SITE)
+    conf = tmp_path / "slurm.conf"
+    conf.symlink_to(target)
+    os.lchown(conf, 65534, 65534)
+    hooks_config = tmp_path / "hooks.json"
+    rc, result = run({"conf": str(conf), "hooks": OURS, "hooks_config": str(hooks_config)}, capsys)
+    assert rc == 1 and result["msg"].startswith(f"{conf}: a link to slurm.conf: {conf} belongs to uid 65534")
+    assert target.read_text() == SITE and not hooks_config.exists()
