@@ -1,11 +1,14 @@
 """The bench needs torch, torchvision and Pillow: a PyTorch installed without torchvision (a site's
 `dltune_bench_torch_packages: [torch==...]` alone) is named before any measurement, with the role
-variables that fix it, and `dltune check` does not open its bench gate for it. Packages hidden by
-setting their sys.modules entry to None (Python's own way to make an import fail)."""
+variables that fix it, and `dltune check` does not open its bench gate for it. The imports are
+answered by stand-in modules (a real torch cannot be imported in a process where ansible patched
+sys.intern, as the unit run's workers are), one of them missing or broken as a site's would be."""
 
 from __future__ import annotations
 
-import sys
+import importlib.machinery
+import importlib.util
+from types import ModuleType
 
 import pytest
 
@@ -14,12 +17,23 @@ from dltune.bench.run import _import_torch
 from dltune.commands.check import _torch_installed
 
 
+def stand_ins(monkeypatch: pytest.MonkeyPatch, failing: str, error: Exception) -> None:
+    """dltune.bench.run's imports answered by empty modules, ``failing`` raising ``error``."""
+    import dltune.bench.run as run
+
+    def load(name: str) -> ModuleType:
+        if name == failing:
+            raise error
+        return ModuleType(name)
+
+    monkeypatch.setattr(run.importlib, "import_module", load)
+
+
 @pytest.mark.parametrize("missing", ["torch", "torchvision", "PIL"])
 def test_the_bench_names_the_missing_package_and_the_role_variables(
     missing: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("torchvision")
-    monkeypatch.setitem(sys.modules, missing, None)
+    stand_ins(monkeypatch, missing, ModuleNotFoundError(f"No module named {missing!r}", name=missing))
     with pytest.raises(BenchError) as raised:
         _import_torch()
     message = str(raised.value)
@@ -32,31 +46,17 @@ def test_the_bench_names_the_missing_package_and_the_role_variables(
 def test_check_counts_pytorch_as_installed_only_with_torchvision(
     missing: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("torchvision")
+    found = importlib.machinery.ModuleSpec("found", None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: found)
     assert _torch_installed()
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a)
-    )
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else found)
     assert not _torch_installed()
 
 
 def test_a_torchvision_built_for_another_torch_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     """What a torchvision wheel built for another torch raises at import (seen with torch 2.13.0+cpu and
     torchvision 0.28.0 from PyPI): RuntimeError "operator torchvision::nms does not exist"."""
-    pytest.importorskip("torchvision")
-    import dltune.bench.run as run
-
-    real = run.importlib.import_module
-
-    def load(name: str) -> object:
-        if name == "torchvision":
-            raise RuntimeError("operator torchvision::nms does not exist")
-        return real(name)
-
-    monkeypatch.setattr(run.importlib, "import_module", load)
+    stand_ins(monkeypatch, "torchvision", RuntimeError("operator torchvision::nms does not exist"))
     with pytest.raises(BenchError) as raised:
         _import_torch()
     message = str(raised.value)
