@@ -1253,6 +1253,29 @@ def test_pytorch_installed_beside_dltune_from_a_site_wheelhouse(
     assert not torch_file.startswith(venv), torch_file
 
 
+def test_a_pytorch_environment_others_can_write_is_refused(lab: None) -> None:
+    """dltune_bench_python naming an environment whose package directory others can write (a user's
+    conda env): root runs dltune (health check, timer) and would import what a user plants there, so
+    the role fails naming the directory, and dltune's venv keeps the environment it had."""
+    node, env = NODES[-1], "/opt/hostile-env"
+    site = f"{env}/lib/python3.11/site-packages"
+    pth = "/opt/dltune/venv/lib/python3.11/site-packages/dltune-bench-env.pth"
+    before = docker_exec(node, "cat", pth)
+    docker_exec(node, "/opt/site-pytorch/bin/python3", "-m", "venv", "--without-pip", env)
+    docker_write(node, f"{site}/lab-torch.pth", "/opt/dltune-lab/torch-site\n")
+    docker_exec(node, "chmod", "0777", site)
+    try:
+        done = ansible_playbook("playbooks/dltune.yml", "-i", "inventory", "--limit", node,
+                                "-e", f"dltune_bench_python={env}/bin/python3")  # fmt: skip
+        assert done.returncode != 0, done.stdout[-3000:]
+        assert f"keeps its packages where others than root can write ({site})" in done.stdout, done.stdout[
+            -3000:
+        ]
+        assert docker_exec(node, "cat", pth) == before
+    finally:
+        docker_exec(node, "rm", "-rf", env)
+
+
 def test_health_expectations_go_from_role_variables_to_the_audit(lab: None) -> None:
     """The dltune role's dltune_health_* variables become health.json; the audit then expects an
     InfiniBand port and an IPoIB interface the lab node does not have, and fails critically naming
