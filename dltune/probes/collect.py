@@ -33,6 +33,7 @@ from dltune.probes.nvme import data_devices, read_nvme_health
 from dltune.probes.nvml import NVML_TIMEOUT_S, nvml_in_background
 from dltune.probes.packages import read_driver_packages, read_kernel_log
 from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
+from dltune.probes.slurm_conf_model import ConfError
 from dltune.probes.storage import data_mount_points, meminfo_kb, resolve_uuids, space_of
 from dltune.probes.watchdog import Deadline
 from dltune.snapshot import (
@@ -161,7 +162,7 @@ def collect_snapshot(
         else None
     )
     slurm_conf = {
-        path: parse_slurm_conf(text)
+        path: parse_slurm_conf(text, path, read=lambda included: _read_bytes(fs, included))
         for path, text in files.items()
         if path == _slurm_conf_path(expected) and text is not None
     }
@@ -231,6 +232,14 @@ def _responsive(mounts: Iterable[Mount], timeout: float, deadline: Deadline) -> 
     if deadline.expired() and any(not r.ok for r in found.values()):
         deadline.missed["nfs"] = "statfs of the NFS mounts (nfs.responsive)"
     return found
+
+
+def _read_bytes(fs: HostFS, host_path: str) -> bytes:
+    try:
+        with open(fs.path(host_path), "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise ConfError(f"{host_path}: {exc.strerror or exc}") from None
 
 
 def _slurm_conf_path(expected: Mapping[str, Mapping[str, Any]]) -> str | None:

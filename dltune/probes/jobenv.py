@@ -4,13 +4,14 @@ dl_env files, slurm.conf's hook lines, and lstat facts of the job directory and 
 from __future__ import annotations
 
 import os
-import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from dltune.probes.hostfs import HostFS
 from dltune.probes.runner import CommandRunner
+from dltune.probes.slurm_conf_model import ConfError
+from dltune.probes.slurm_conf_model import load as load_slurm_conf
 from dltune.probes.watchdog import Deadline, statfs_many
 from dltune.snapshot import Mount, PathInfo, SlurmJobs, StatFs
 
@@ -19,7 +20,6 @@ STATFS_TIMEOUT_S = 5.0
 
 # The audit's environment is judged only through these (and the dl_env manifest's names).
 JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_USER", "SLURM_TMPDIR", "TMPDIR", "CUBLAS_WORKSPACE_CONFIG")
-SLURM_CONF_LINE = re.compile(r"^\s*([A-Za-z]+)\s*=\s*(\S*)\s*$")
 
 
 def relevant_environ(environ: Mapping[str, str], extra_names: Iterable[str]) -> dict[str, str]:
@@ -27,14 +27,18 @@ def relevant_environ(environ: Mapping[str, str], extra_names: Iterable[str]) -> 
     return {k: v for k, v in environ.items() if k in names}
 
 
-def parse_slurm_conf(text: str) -> dict[str, str]:
-    """Lower-cased key -> value of the last uncommented single-value line (slurm.conf is case-insensitive)."""
-    found: dict[str, str] = {}
-    for raw in text.splitlines():
-        match = SLURM_CONF_LINE.match(raw.split("#", 1)[0])
-        if match:
-            found[match.group(1).lower()] = match.group(2)
-    return found
+def parse_slurm_conf(
+    text: str, path: str = "slurm.conf", read: Callable[[str], bytes] | None = None
+) -> dict[str, str]:
+    """Lower-cased key -> the value Slurm uses (the last one read), read as Slurm reads the file:
+    comments, continuations, escapes, quotes, several pairs on a line, Includes through ``read``
+    (slurm_conf_model: the file the collection's modules edit with). Without ``read`` a key set only in
+    an included file reads as unset, which the audit reports as the hook not applied."""
+    return load_slurm_conf(path, text.encode("utf-8", "surrogateescape"), read=read or _unread).values()
+
+
+def _unread(path: str) -> bytes:
+    raise ConfError(f"{path}: not read by the audit")
 
 
 def fstype_at(path: str, mounts: Iterable[Mount]) -> str:

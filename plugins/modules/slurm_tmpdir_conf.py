@@ -2,10 +2,13 @@
 """Wire the slurm_tmpdir hooks into slurm.conf without losing a site's own Prolog/Epilog/TaskProlog.
 
 slurm.conf takes one program per hook on every version this role supports, so a site's existing
-hook is recorded in hooks.json and run by ours (chained), and the slurm.conf line then names ours.
-A rerun recognises its own hooks and keeps the recorded site hooks: the edit is idempotent.
-state=absent undoes it: each key that names our hook gets the recorded site hook back (or goes, if the
-site had none), then hooks.json is removed; keys that no longer name ours are the site's and stay.
+hook is recorded in hooks.json and run by ours (chained), and slurm.conf's value then names ours.
+slurm.conf is read and edited as Slurm reads it, as bytes (module_utils/slurm_conf): only the bytes of
+the values Slurm uses change, and hooks.json's conf_edits keeps the bytes each had. A rerun recognises
+its own hooks and keeps the recorded site hooks: the edit is idempotent. state=absent undoes it: each key
+that still holds our value (hooks, and PrologFlags where Alloc was added) gets the site's bytes back (or
+goes, if the site had none), giving the site its file byte for byte; then hooks.json is removed. Keys
+that no longer hold ours are the site's and stay.
 """
 
 from __future__ import annotations
@@ -16,10 +19,15 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dltune.cluster.plugins.module_utils.slurm_conf import (
-    LINE,
+    ConfError,
     UntrustedLink,
     edit_target,
-    reassign,
+    edits_shaped,
+    load,
+    read_file,
+    read_json,
+    restore_values,
+    set_values,
     write_atomically,
 )
 
@@ -47,32 +55,31 @@ def runs_at_allocation(prolog_flags: str) -> bool:
     return bool(ALLOC_FLAGS.intersection(flag.strip().lower() for flag in prolog_flags.split(",")))
 
 
-def parse(text: str) -> dict[str, tuple[int, str]]:
-    """Lower-cased key -> (line index, value) of the last uncommented assignment (slurm.conf keys are
-    case-insensitive and a later line wins)."""
-    found: dict[str, tuple[int, str]] = {}
-    for index, raw in enumerate(text.splitlines()):
-        line = raw.split("#", 1)[0]
-        match = LINE.match(line)
-        # A value with blanks in it is several settings on one line (Slurm splits them at any
-        # whitespace, tabs too), not a single program: left to the site, as the audit leaves it.
-        if match and not any(ch.isspace() for ch in match.group(3)):
-            found[match.group(2).lower()] = (index, match.group(3))
-    return found
+def parse(text: str) -> dict[str, str]:
+    """Lower-cased key -> the value Slurm uses (the last one read), as the audit reads it."""
+    return load("slurm.conf", text.encode("utf-8", "surrogateescape"), read=_no_includes).values()
 
 
-def plan(text: str, ours: dict[str, str], recorded: dict[str, str]) -> tuple[str, dict[str, str], list[str]]:
-    """New slurm.conf text, the site hooks to chain, and human notes about what changed."""
-    lines = text.splitlines()
-    found = parse(text)
+def _no_includes(path: str) -> bytes:
+    raise ConfError(f"{path}: not read")
+
+
+def plan(
+    conf_path: str, before: bytes, ours: dict[str, str], recorded: dict[str, str], edits: dict[str, dict]
+) -> tuple[bytes, dict[str, str], list[str], dict[str, dict]]:
+    """New slurm.conf bytes, the site hooks to chain, human notes about what changed, and the record of
+    the edits (key -> {site: the bytes its value had, None where the site had none; ours})."""
+    conf = load(conf_path, before)
     site_hooks: dict[str, str] = {}
     notes: list[str] = []
+    wanted: dict[str, str] = {}
     for hook, key in KEYS.items():
-        current = found.get(key.lower(), (None, ""))[1]
+        setting = conf.last(key)
+        current = setting.value if setting else ""
         if current == ours[hook]:
             site = recorded.get(hook, "")
         elif any(ch in current for ch in ",*?["):
-            raise ValueError(
+            raise ConfError(
                 f"{key}={current} is a list or a glob: add {ours[hook]} to it yourself and set "
                 f"slurm_tmpdir_manage_conf: false, or make {key} a single program"
             )
@@ -82,49 +89,48 @@ def plan(text: str, ours: dict[str, str], recorded: dict[str, str]) -> tuple[str
             notes.append(f"{key}: {current or '(none)'} -> {ours[hook]}{chained}")
         if site:
             site_hooks[hook] = site
-        lines = _assign(lines, found, key, ours[hook])
-    flags = found.get("prologflags", (None, ""))[1]
-    flag_list = [f for f in flags.split(",") if f]
+        wanted[key] = ours[hook]
+    flags_setting = conf.last("PrologFlags")
+    flags = flags_setting.value if flags_setting else ""
     if not runs_at_allocation(flags):
-        new_flags = ",".join([*flag_list, "Alloc"])
+        new_flags = ",".join([*[f for f in flags.split(",") if f], "Alloc"])
         notes.append(f"PrologFlags: {flags or '(none)'} -> {new_flags}")
-        lines = _assign(lines, found, "PrologFlags", new_flags)
-    return "\n".join(lines) + "\n", site_hooks, notes
+        wanted["PrologFlags"] = new_flags
+    after, replaced = set_values(conf, wanted)
+    record = {key: dict(edit) for key, edit in edits.items()}
+    for key, value in wanted.items():
+        if key in replaced:  # a value not ours: the site's own (set since, where we had set it before)
+            record[key] = {"site": replaced[key], "ours": value}
+    return after, site_hooks, notes, record
 
 
-def restore(text: str, ours: dict[str, str], recorded: dict[str, str]) -> tuple[str, list[str]]:
-    """slurm.conf with the site's recorded hooks back where ours are named (the line goes when the site
-    had none); PrologFlags stays (Alloc is harmless, and the site may rely on it by now)."""
-    lines = text.splitlines()
-    found = parse(text)
-    dropped: set[int] = set()
-    notes: list[str] = []
-    for hook, key in KEYS.items():
-        at = found.get(key.lower())
-        if at is None or at[1] != ours[hook]:
-            continue
-        site = recorded.get(hook, "")
-        if site:
-            lines[at[0]] = reassign(lines[at[0]], site)
-        else:
-            dropped.add(at[0])
-        notes.append(f"{key}: {ours[hook]} -> {site or '(none)'}")
-    kept = [line for index, line in enumerate(lines) if index not in dropped]
-    return "\n".join(kept) + "\n", notes
+def restore(conf_path: str, before: bytes, edits: dict[str, dict]) -> tuple[bytes, list[str]]:
+    """slurm.conf with the bytes each edited key had given back where it still holds our value (the
+    setting taken out where the site had none); a value changed since is the site's and stays."""
+    conf = load(conf_path, before)
+    ours = {key: edit["ours"] for key, edit in edits.items()}
+    after = restore_values(conf, ours, {key: edit["site"] for key, edit in edits.items()})
+    notes = [
+        f"{key}: {edit['ours']} -> {edit['site'] or '(none)'}"
+        for key, edit in edits.items()
+        if (conf.last(key) is not None and conf.last(key).value == edit["ours"])
+    ]
+    return after, notes
 
 
-def _assign(lines: list[str], found: dict[str, tuple[int, str]], key: str, value: str) -> list[str]:
-    at = found.get(key.lower())
-    new = list(lines)
-    if at is None:
-        new.append(f"{key}={value}")
-        found[key.lower()] = (len(new) - 1, value)
-    elif at[1] != value:
-        new[at[0]] = reassign(new[at[0]], value)
-    return new
+def recorded_edits(previous: dict[str, Any], ours: dict[str, str]) -> dict[str, dict]:
+    """The record of slurm.conf's edits in hooks.json; one of an earlier release (site_hooks only)
+    reads as the hooks it took over."""
+    edits = previous.get("conf_edits")
+    if edits is None:
+        site = previous.get("site_hooks", {})
+        return {key: {"site": site.get(hook), "ours": ours[hook]} for hook, key in KEYS.items()}
+    if not edits_shaped(edits):
+        raise ConfError("conf_edits is not an object of key -> {site, ours}")
+    return edits
 
 
-def _write_atomically(path: str, content: str, like: os.stat_result | None) -> None:
+def _write_atomically(path: str, content: bytes, like: os.stat_result | None) -> None:
     # hooks.json is read by the hooks as SlurmdUser.
     write_atomically(path, content, like, new_mode=0o644)
 
@@ -132,8 +138,8 @@ def _write_atomically(path: str, content: str, like: os.stat_result | None) -> N
 def _exit(
     module: AnsibleModule,
     conf: str,
-    before: str,
-    after: str,
+    before: bytes,
+    after: bytes,
     changed: bool,
     site_hooks: dict[str, str],
     notes: list[str],
@@ -143,26 +149,41 @@ def _exit(
         conf_changed=after != before,
         site_hooks=site_hooks,
         notes=notes,
-        diff={"before": before, "after": after, "before_header": conf, "after_header": conf},
+        diff={
+            "before": before.decode("utf-8", "replace"),
+            "after": after.decode("utf-8", "replace"),
+            "before_header": conf,
+            "after_header": conf,
+        },
     )
 
 
-def remove(module: AnsibleModule, p: dict[str, Any], ours: dict[str, str], recorded: dict[str, str]) -> None:
-    conf_before = conf_after = ""
+def remove(
+    module: AnsibleModule, p: dict[str, Any], target: str, edits: dict[str, dict], recorded: dict
+) -> None:
+    conf_before = conf_after = b""
     notes: list[str] = []
-    if p["manage_conf"] and os.path.exists(p["conf"]):
-        with open(p["conf"]) as handle:
-            conf_before = handle.read()
-        conf_after, notes = restore(conf_before, ours, recorded)
+    if p["manage_conf"] and os.path.exists(target):
+        conf_before = read_file(target)
+        conf_after, notes = restore(target, conf_before, edits)
     conf_changed = conf_after != conf_before
     config_exists = os.path.exists(p["hooks_config"])
     if not module.check_mode:
         # slurm.conf first: hooks.json must outlive every slurm.conf line that still names our hooks.
         if conf_changed:
-            _write_atomically(p["conf"], conf_after, os.stat(p["conf"]))
+            _write_atomically(p["conf"], conf_after, os.stat(target))
         if config_exists:
             os.unlink(p["hooks_config"])
     _exit(module, p["conf"], conf_before, conf_after, conf_changed or config_exists, recorded, notes)
+
+
+def read_hooks_config(path: str) -> dict[str, Any]:
+    previous = read_json(path, "JSON")
+    if previous is None:
+        return {}
+    if not isinstance(previous, dict) or not isinstance(previous.get("site_hooks", {}), dict):
+        raise ConfError(f"{path} is not this role's record (an object with site_hooks): fix or remove it")
+    return previous
 
 
 def main() -> None:
@@ -179,56 +200,51 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    ours = {hook: str(p["hooks"][hook]) for hook in KEYS}
     try:  # before anything changes: a link to slurm.conf that the site's admin did not make is refused
-        edit_target(p["conf"])
+        target = edit_target(p["conf"]) if p["manage_conf"] else p["conf"]
+        previous = read_hooks_config(p["hooks_config"])
+        recorded = dict(previous.get("site_hooks", {}))
+        edits = recorded_edits(previous, ours)
+    except ConfError as exc:
+        module.fail_json(msg=f"{p['hooks_config']}: {exc}" if "conf_edits" in str(exc) else str(exc))
     except (UntrustedLink, OSError) as exc:
         module.fail_json(msg=f"{p['conf']}: {exc}")
-    ours = {hook: str(p["hooks"][hook]) for hook in KEYS}
     try:
-        with open(p["hooks_config"]) as handle:
-            previous = json.load(handle)
-    except FileNotFoundError:
-        previous = {}
-    except ValueError as exc:
-        module.fail_json(msg=f"{p['hooks_config']} is not JSON ({exc}): fix or remove it")
-    site_hooks = previous.get("site_hooks", {}) if isinstance(previous, dict) else None
-    if not isinstance(site_hooks, dict):
-        module.fail_json(
-            msg=f"{p['hooks_config']} is not this role's record (an object with site_hooks): fix or remove it"
-        )
-    recorded = dict(site_hooks)
-    if p["state"] == "absent":
-        remove(module, p, ours, recorded)
-
-    conf_before = conf_after = ""
-    notes: list[str] = []
-    # A host that does not edit slurm.conf (configless, or one file shared by every host) chains the
-    # site's hooks that the editing host found there: without them its jobs would skip the site's own.
-    site_hooks = recorded if p["site_hooks"] is None or p["manage_conf"] else dict(p["site_hooks"])
-    if p["manage_conf"]:
-        try:
-            with open(p["conf"]) as handle:
-                conf_before = handle.read()
-        except FileNotFoundError:
-            module.fail_json(
-                msg=f"slurm_tmpdir_conf={p['conf']} does not exist: is Slurm installed and configured here? "
-                "Where one host edits a shared slurm.conf (configless Slurm, or one file over NFS), name it "
-                "in slurm_tmpdir_conf_writer."
-            )
-        try:
-            conf_after, site_hooks, notes = plan(conf_before, ours, recorded)
-        except ValueError as exc:
-            module.fail_json(msg=str(exc))
-    config = {**p["settings"], "site_hooks": site_hooks}
-    config_text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    config_changed = config != previous
-    conf_changed = p["manage_conf"] and conf_after != conf_before
-    if not module.check_mode:
-        # hooks.json first: a slurm.conf that names our hooks must find the site hooks recorded.
-        if config_changed:
-            _write_atomically(p["hooks_config"], config_text, None)
-        if conf_changed:
-            _write_atomically(p["conf"], conf_after, os.stat(p["conf"]))
+        if p["state"] == "absent":
+            remove(module, p, target, edits, recorded)
+        conf_before = conf_after = b""
+        notes: list[str] = []
+        # A host that does not edit slurm.conf (configless, or one file shared by every host) chains the
+        # site's hooks that the editing host found there: without them its jobs would skip the site's own.
+        site_hooks = recorded if p["site_hooks"] is None or p["manage_conf"] else dict(p["site_hooks"])
+        record = {key: edit for key, edit in edits.items() if "conf_edits" in previous}
+        if p["manage_conf"]:
+            if not os.path.exists(target):
+                module.fail_json(
+                    msg=f"slurm_tmpdir_conf={p['conf']} does not exist: is Slurm installed and configured "
+                    "here? Where one host edits a shared slurm.conf (configless Slurm, or one file over NFS),"
+                    " "
+                    "name it in slurm_tmpdir_conf_writer."
+                )
+            conf_before = read_file(target)
+            conf_after, site_hooks, notes, record = plan(target, conf_before, ours, recorded, edits)
+        config = {**p["settings"], "site_hooks": site_hooks}
+        if record:
+            config["conf_edits"] = record
+        config_text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+        config_changed = config != previous
+        conf_changed = p["manage_conf"] and conf_after != conf_before
+        if not module.check_mode:
+            # hooks.json first: a slurm.conf that names our hooks must find the site hooks recorded.
+            if config_changed:
+                _write_atomically(p["hooks_config"], config_text.encode(), None)
+            if conf_changed:
+                _write_atomically(p["conf"], conf_after, os.stat(target))
+    except (ConfError, UntrustedLink) as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg=f"{exc.filename or p['conf']}: {exc.strerror or exc}")
     _exit(module, p["conf"], conf_before, conf_after, config_changed or conf_changed, site_hooks, notes)
 
 

@@ -200,8 +200,12 @@ def test_hooks_fail_when_users_could_write_the_base() -> None:
 
 
 def test_slurm_conf_parsing_is_case_insensitive_and_last_wins() -> None:
-    parsed = parse_slurm_conf("prolog=/a\n#Prolog=/commented\nPROLOG=/b # site\nNodeName=n1 CPUs=2\n")
-    assert parsed["prolog"] == "/b" and "nodename" not in parsed
+    """Comments are cut; a record line's pairs (NodeName=n1 CPUs=2 Prolog=/x) are the record's, not
+    global settings: only its first key is read, as Slurm reads it."""
+    parsed = parse_slurm_conf(
+        "prolog=/a\n#Prolog=/commented\nPROLOG=/b # site\nNodeName=n1 CPUs=2 Prolog=/x\n"
+    )
+    assert parsed["prolog"] == "/b" and parsed["nodename"] == "n1" and "cpus" not in parsed
 
 
 def test_probe_reads_the_job_dir_with_lstat_under_a_root(tmp_path: Path) -> None:

@@ -52,8 +52,11 @@ def run(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return exited.value.code, result
 
 
-def record_text(values: dict[str, str | None]) -> str:
-    return json.dumps({"site_values": values}, indent=2, sort_keys=True) + "\n"
+def record_text(site: dict[str, str | None], ours: dict[str, str] = OURS) -> str:
+    """The record as the module writes it: key -> the bytes the site's value had (None: it had none)
+    and the value written."""
+    edits = {key: {"site": value, "ours": ours[key]} for key, value in site.items()}
+    return json.dumps({"edits": edits}, indent=2, sort_keys=True) + "\n"
 
 
 def leftovers(directory: Path) -> list[str]:
@@ -149,6 +152,7 @@ def test_a_new_key_is_added_to_the_record_and_the_old_ones_kept(
     rc, result = run(args_for(paths, keys=more), capsys)
     assert rc == 0 and result["changed"] is True and result["site_values"] == SITE_VALUES
     assert paths["conf"].read_text() == APPLIED.replace("ANY,CYCLE", "IDLE")
+    assert paths["record"].read_text() == record_text(SITE_VALUES, more)
 
 
 def test_values_that_are_not_strings_are_written_as_words(
@@ -198,6 +202,9 @@ def test_check_mode_reports_the_change_and_writes_nothing(
         ({"HealthCheckProgram": "/usr/sbin/nhc#x"}, "HealthCheckProgram=/usr/sbin/nhc#x"),
         ({"HealthCheckInterval": ""}, "HealthCheckInterval="),
         ({"Health-Check-Interval": "300"}, "Health-Check-Interval=300"),
+        # Slurm would read an escape or a quote, not the bytes written.
+        ({"HealthCheckProgram": "/usr/sbin/nhc\\x"}, "HealthCheckProgram=/usr/sbin/nhc\\x"),
+        ({"HealthCheckProgram": '"/usr/sbin/nhc"'}, 'HealthCheckProgram="/usr/sbin/nhc"'),
         (
             {"HealthCheckInterval": "", "HealthCheckNodeState": "ANY", "HealthCheckProgram": "a b"},
             "HealthCheckInterval=, HealthCheckProgram=a b",
@@ -225,14 +232,14 @@ def test_missing_slurm_conf_fails_naming_the_variable(
     assert not (tmp_path / "r.json").exists() and not conf.exists()
 
 
-@pytest.mark.parametrize("text", ["{site_values", "[]"])
-def test_a_record_that_is_not_the_roles_fails_naming_the_file(
-    paths: dict[str, Path], capsys: pytest.CaptureFixture[str], text: str
+def test_a_record_that_is_not_json_fails_naming_the_file(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    text = "{site_values"
     paths["record"].write_text(text)
     try:
-        json.loads(text).get("site_values")
-    except (ValueError, AttributeError) as exc:
+        json.loads(text)
+    except ValueError as exc:
         reason = str(exc)
     rc, result = run(args_for(paths), capsys)
     assert rc == 1
@@ -243,9 +250,51 @@ def test_a_record_that_is_not_the_roles_fails_naming_the_file(
     assert paths["conf"].read_text() == SITE and paths["record"].read_text() == text
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        '{"edits": []}',
+        '{"edits": {"HealthCheckInterval": "120"}}',
+        '{"edits": {"HealthCheckInterval": {"site": 120, "ours": "300"}}}',
+        '{"edits": {"HealthCheckInterval": {"site": "120"}}}',
+        '{"site_values": ["120"]}',
+    ],
+)
+def test_a_record_of_another_shape_fails_naming_the_file(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    paths["record"].write_text(text)
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 1
+    assert result == {
+        "failed": True,
+        "msg": f"{paths['record']} is not the role's record (an object with edits: key -> site, ours): "
+        "fix or remove it",
+    }
+    assert paths["conf"].read_text() == SITE and paths["record"].read_text() == text
+
+
+def test_a_record_of_the_earlier_release_is_read_as_the_same_record(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """{"site_values": {key: value}}: the site's values as recorded, ours the keys argument's; a rerun
+    with nothing to change leaves it as it is, and state=absent puts the site's values back."""
+    old = json.dumps({"site_values": SITE_VALUES}, indent=2, sort_keys=True) + "\n"
+    paths["conf"].write_text(APPLIED)
+    paths["record"].write_text(old)
+    rc, result = run(args_for(paths), capsys)
+    assert (rc, result["changed"], result["site_values"]) == (0, False, SITE_VALUES)
+    assert paths["record"].read_text() == old and paths["conf"].read_text() == APPLIED
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0 and paths["conf"].read_text() == RESTORED and not paths["record"].exists()
+
+
 def test_a_record_without_site_values_is_an_empty_one(
     paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """An object with neither edits nor site_values (`{}`) holds nothing yet: the site's values are
+    recorded now."""
     paths["record"].write_text("{}\n")
     rc, result = run(args_for(paths), capsys)
     assert rc == 0 and result["site_values"] == SITE_VALUES
@@ -368,9 +417,10 @@ def test_a_failed_slurm_conf_replace_on_absent_keeps_the_record(
         replace(src, dst)
 
     monkeypatch.setattr(os, "replace", failing_for_conf)
-    args = {**args_for(paths, state="absent"), "_ansible_no_log": True}
-    with patch_module_args(args), pytest.raises(OSError, match="Input/"):
-        keys_module.main()
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    # A failed task with one line naming the file, not a traceback.
+    assert rc == 1
+    assert result == {"failed": True, "msg": f"{paths['conf']}: cannot replace it (Input/output error)"}
     assert paths["conf"].read_text() == APPLIED
     assert paths["record"].read_text() == record_text(SITE_VALUES)
     assert leftovers(paths["conf"].parent.parent) == []
@@ -380,7 +430,11 @@ def test_a_failed_slurm_conf_replace_on_absent_keeps_the_record(
 
 
 def test_a_comment_holding_a_hash_is_cut_at_the_first_hash() -> None:
-    assert keys_module.assignments("HealthCheckInterval=60 # was #30\n") == {"healthcheckinterval": (0, "60")}
+    applied, record = keys_module.plan(
+        b"HealthCheckInterval=60 # was #30\n", "slurm.conf", {"HealthCheckInterval": "300"}, {}, "present"
+    )
+    assert applied == b"HealthCheckInterval=300 # was #30\n"
+    assert record == {"HealthCheckInterval": {"site": "60", "ours": "300"}}
 
 
 @pytest.mark.parametrize(
@@ -392,8 +446,32 @@ def test_a_comment_holding_a_hash_is_cut_at_the_first_hash() -> None:
     ],
 )
 def test_a_site_line_keeps_its_spelling_blanks_and_comment_and_comes_back_byte_for_byte(line: str) -> None:
-    site = f"ClusterName=ci\n{line}\n"
-    applied, record = keys_module.plan(site, {"HealthCheckInterval": "300"}, {}, "present")
-    assert applied == site.replace("120", "300", 1)
-    restored, _ = keys_module.plan(applied, {"HealthCheckInterval": "300"}, record, "absent")
+    site = f"ClusterName=ci\n{line}\n".encode()
+    ours = {"HealthCheckInterval": "300"}
+    applied, record = keys_module.plan(site, "slurm.conf", ours, {}, "present")
+    assert applied == site.replace(b"120", b"300", 1)
+    restored, _ = keys_module.plan(applied, "slurm.conf", ours, record, "absent")
     assert restored == site
+
+
+@pytest.mark.parametrize(("eol", "final"), [("\r\n", True), ("\r\n", False), ("\n", False)])
+def test_line_ends_a_missing_final_newline_and_bytes_not_utf8_are_kept(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str], eol: str, final: bool
+) -> None:
+    """slurm.conf is edited as bytes: only the values' bytes change; the missing key is appended with
+    the file's own line end (before it, where the file has no final newline, which it still lacks);
+    the diff shows the file's text; state=absent gives the site its file back byte for byte."""
+    site = SITE.replace("\n", eol).encode().replace(b"the site's NHC", b"Ma\xefs's NHC")
+    site = site if final else site.removesuffix(eol.encode())
+    paths["conf"].write_bytes(site)
+    applied = site.replace(b"=/usr/sbin/nhc", b"=/usr/local/sbin/dltune-healthcheck").replace(
+        b"HealthCheckInterval=120", b"HealthCheckInterval=300"
+    )
+    added = b"HealthCheckNodeState=ANY,CYCLE"
+    applied += added + eol.encode() if final else eol.encode() + added
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 0 and result["site_values"] == SITE_VALUES
+    assert result["diff"] == diff(paths, site.decode("utf-8", "replace"), applied.decode("utf-8", "replace"))
+    assert paths["conf"].read_bytes() == applied
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0 and paths["conf"].read_bytes() == site

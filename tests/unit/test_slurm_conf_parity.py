@@ -22,7 +22,7 @@ KEYS = ("prolog", "epilog", "taskprolog", "prologflags")
 
 def both_readings(text: str) -> tuple[dict[str, str], dict[str, str]]:
     audit = parse_slurm_conf(text)
-    role = {key: value for key, (_index, value) in conf.parse(text).items()}
+    role = conf.parse(text)
     return {k: audit[k] for k in KEYS if k in audit}, {k: role[k] for k in KEYS if k in role}
 
 

@@ -15,52 +15,53 @@ OURS = {
     "epilog": "/etc/slurm/dltune/epilog",
     "task_prolog": "/etc/slurm/dltune/task_prolog",
 }
-SITE = "ClusterName=ci\nProlog=/etc/slurm/site-prolog.sh\nPrologFlags=Serial\nNodeName=n1 CPUs=2\n"
+SITE = b"ClusterName=ci\nProlog=/etc/slurm/site-prolog.sh\nPrologFlags=Serial\nNodeName=n1 CPUs=2\n"
+CONF = "/etc/slurm/slurm.conf"
 
 
 def test_site_hooks_are_chained_and_the_lines_point_at_ours() -> None:
-    text, site, notes = conf.plan(SITE, OURS, {})
-    parsed = conf.parse(text)
-    assert parsed["prolog"][1] == OURS["prolog"]
-    assert parsed["epilog"][1] == OURS["epilog"] and parsed["taskprolog"][1] == OURS["task_prolog"]
-    assert parsed["prologflags"][1] == "Serial,Alloc"
+    data, site, notes, _record = conf.plan(CONF, SITE, OURS, {}, {})
+    parsed = conf.parse(data.decode())
+    assert parsed["prolog"] == OURS["prolog"]
+    assert parsed["epilog"] == OURS["epilog"] and parsed["taskprolog"] == OURS["task_prolog"]
+    assert parsed["prologflags"] == "Serial,Alloc"
     assert site == {"prolog": "/etc/slurm/site-prolog.sh"}
-    assert "NodeName=n1 CPUs=2" in text and notes
+    assert b"NodeName=n1 CPUs=2" in data and notes
 
 
 def test_second_plan_is_a_no_op_and_keeps_the_recorded_site_hook() -> None:
-    text, site, _ = conf.plan(SITE, OURS, {})
-    again, site_again, notes = conf.plan(text, OURS, site)
-    assert again == text and site_again == site and notes == []
+    data, site, _, record = conf.plan(CONF, SITE, OURS, {}, {})
+    again, site_again, notes, record_again = conf.plan(CONF, data, OURS, site, record)
+    assert again == data and site_again == site and notes == [] and record_again == record
 
 
-def test_restore_gives_the_site_its_hooks_back_and_drops_ours() -> None:
+def test_restore_gives_the_site_its_file_back_byte_for_byte() -> None:
     """Rollback: the site's Prolog comes back, the Epilog/TaskProlog lines the site never had go, and
-    everything else (incl. the Alloc flag, which the site may rely on by now) stays."""
-    applied, site, _ = conf.plan(SITE, OURS, {})
-    restored, notes = conf.restore(applied, OURS, site)
-    assert restored == SITE.replace("PrologFlags=Serial", "PrologFlags=Serial,Alloc")
-    assert len(notes) == 3
-    again, notes = conf.restore(restored, OURS, site)
+    PrologFlags gets the site's value back (Serial): the file is the site's, byte for byte."""
+    applied, _site, _, record = conf.plan(CONF, SITE, OURS, {}, {})
+    restored, notes = conf.restore(CONF, applied, record)
+    assert restored == SITE
+    assert len(notes) == 4
+    again, notes = conf.restore(CONF, restored, record)
     assert again == restored and notes == []
 
 
 def test_restore_leaves_a_hook_the_site_changed_since() -> None:
-    applied, site, _ = conf.plan(SITE, OURS, {})
-    edited = applied.replace(f"Epilog={OURS['epilog']}", "Epilog=/etc/slurm/new-site-epilog.sh")
-    restored, _ = conf.restore(edited, OURS, site)
-    assert conf.parse(restored)["epilog"][1] == "/etc/slurm/new-site-epilog.sh"
-    assert conf.parse(restored)["prolog"][1] == "/etc/slurm/site-prolog.sh"
+    applied, _site, _, record = conf.plan(CONF, SITE, OURS, {}, {})
+    edited = applied.replace(f"Epilog={OURS['epilog']}".encode(), b"Epilog=/etc/slurm/new-site-epilog.sh")
+    restored, _ = conf.restore(CONF, edited, record)
+    assert conf.parse(restored.decode())["epilog"] == "/etc/slurm/new-site-epilog.sh"
+    assert conf.parse(restored.decode())["prolog"] == "/etc/slurm/site-prolog.sh"
 
 
 def test_contain_counts_as_alloc() -> None:
-    text, _, _ = conf.plan("PrologFlags=Contain\n", OURS, {})
-    assert conf.parse(text)["prologflags"][1] == "Contain"
+    data, _, _, _ = conf.plan(CONF, b"PrologFlags=Contain\n", OURS, {}, {})
+    assert conf.parse(data.decode())["prologflags"] == "Contain"
 
 
 def test_a_list_or_glob_prolog_is_refused_with_the_key_named() -> None:
     with pytest.raises(ValueError, match=r"Prolog=/etc/slurm/prolog\.d/\*"):
-        conf.plan("Prolog=/etc/slurm/prolog.d/*\n", OURS, {})
+        conf.plan(CONF, b"Prolog=/etc/slurm/prolog.d/*\n", OURS, {}, {})
 
 
 MOUNTINFO = (

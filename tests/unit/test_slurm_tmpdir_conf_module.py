@@ -1,14 +1,16 @@
 """Role slurm_tmpdir's Ansible module run for real, in-process (as Ansible's own unit tests run modules):
 its arguments go in through ansible.module_utils.testing.patch_module_args, main() prints its JSON
 result and exits, and every path points into tmp_path. What is checked is what a site sees: slurm.conf
-byte for byte with its mode and owner kept, hooks.json (the chained site hooks), the changed flags,
-the errors naming the argument, --check changing nothing, a rerun being a no-op and state=absent giving
-the site its hooks back. The module runs no command (no scontrol, no systemctl)."""
+byte for byte with its mode and owner kept, hooks.json (the chained site hooks, and conf_edits: the bytes
+each edited slurm.conf value had), the changed flags, the errors naming the argument, --check changing
+nothing, a rerun being a no-op and state=absent giving the site its hooks back, its slurm.conf byte for
+byte. The module runs no command (no scontrol, no systemctl)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -37,17 +39,26 @@ APPLIED = (
     f"Epilog={OURS['epilog']}\n"
     f"TaskProlog={OURS['task_prolog']}\n"
 )
-# The rollback keeps the Alloc flag (the site may rely on it by now).
-RESTORED = SITE.replace("PrologFlags=Serial", "PrologFlags=Serial,Alloc")
+# What hooks.json's conf_edits records: the bytes each key's value had (None: the site had none) and ours.
+EDITS = {
+    "Prolog": {"site": SITE_PROLOG, "ours": OURS["prolog"]},
+    "Epilog": {"site": None, "ours": OURS["epilog"]},
+    "TaskProlog": {"site": None, "ours": OURS["task_prolog"]},
+    "PrologFlags": {"site": "Serial", "ours": "Serial,Alloc"},
+}
+# The rollback gives the site its file back byte for byte, PrologFlags too (it still holds ours).
+RESTORED = SITE
 APPLY_NOTES = [
     f"Prolog: {SITE_PROLOG} -> {OURS['prolog']}, chaining {SITE_PROLOG}",
     f"Epilog: (none) -> {OURS['epilog']}",
     f"TaskProlog: (none) -> {OURS['task_prolog']}",
     "PrologFlags: Serial -> Serial,Alloc",
 ]
+# In the order of hooks.json's conf_edits (its keys sorted).
 RESTORE_NOTES = [
-    f"Prolog: {OURS['prolog']} -> {SITE_PROLOG}",
     f"Epilog: {OURS['epilog']} -> (none)",
+    f"Prolog: {OURS['prolog']} -> {SITE_PROLOG}",
+    "PrologFlags: Serial,Alloc -> Serial",
     f"TaskProlog: {OURS['task_prolog']} -> (none)",
 ]
 # Not in sorted order, so that hooks.json shows its keys are sorted.
@@ -66,8 +77,12 @@ def run(args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return exited.value.code, result
 
 
-def hooks_json(settings: dict[str, Any], site_hooks: dict[str, str]) -> str:
-    return json.dumps({**settings, "site_hooks": site_hooks}, indent=2, sort_keys=True) + "\n"
+def hooks_json(
+    settings: dict[str, Any], site_hooks: dict[str, str], conf_edits: dict[str, dict] | None = None
+) -> str:
+    """hooks.json as the module writes it (conf_edits only where it edited slurm.conf)."""
+    config = {**settings, "site_hooks": site_hooks, **({"conf_edits": conf_edits} if conf_edits else {})}
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
 
 def leftovers(directory: Path) -> list[str]:
@@ -113,7 +128,7 @@ def test_first_run_points_slurm_conf_at_our_hooks_and_records_the_site_hook(
     }
     assert conf.read_text() == APPLIED
     assert owner_and_mode(conf) == before
-    assert hooks_config.read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG})
+    assert hooks_config.read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG}, EDITS)
     assert stat.S_IMODE(hooks_config.stat().st_mode) == 0o644  # our hooks run as SlurmdUser and read it
     assert leftovers(conf.parent.parent) == []
 
@@ -134,7 +149,7 @@ def test_a_rerun_is_a_no_op_that_keeps_the_recorded_site_hook(
         "diff": {"before": APPLIED, "after": APPLIED, "before_header": str(conf), "after_header": str(conf)},
     }
     assert (conf.stat().st_ino, hooks_config.stat().st_ino) == inodes  # neither was rewritten
-    assert hooks_config.read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG})
+    assert hooks_config.read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG}, EDITS)
 
 
 def test_defaults_manage_slurm_conf_with_no_settings(
@@ -145,7 +160,7 @@ def test_defaults_manage_slurm_conf_with_no_settings(
     rc, result = run(args_for(paths), capsys)
     assert rc == 0 and result["changed"] is True and result["conf_changed"] is True
     assert paths["conf"].read_text() == APPLIED
-    assert paths["hooks_config"].read_text() == hooks_json({}, {"prolog": SITE_PROLOG})
+    assert paths["hooks_config"].read_text() == hooks_json({}, {"prolog": SITE_PROLOG}, EDITS)
     rc, result = run(args_for(paths, state="present"), capsys)
     assert rc == 0 and result["changed"] is False
 
@@ -180,7 +195,7 @@ def test_path_arguments_expand_variables(
     )
     assert rc == 0 and result["diff"]["before_header"] == str(paths["conf"])
     assert paths["conf"].read_text() == APPLIED
-    assert paths["hooks_config"].read_text() == hooks_json({}, {"prolog": SITE_PROLOG})
+    assert paths["hooks_config"].read_text() == hooks_json({}, {"prolog": SITE_PROLOG}, EDITS)
 
 
 def test_check_mode_reports_the_change_and_writes_nothing(
@@ -201,23 +216,26 @@ def test_only_settings_changed_rewrites_hooks_json_alone(
     conf_inode = paths["conf"].stat().st_ino
     rc, result = run(args_for(paths, settings={"base": "/nvme"}), capsys)
     assert rc == 0 and result["changed"] is True and result["conf_changed"] is False
-    assert paths["hooks_config"].read_text() == hooks_json({"base": "/nvme"}, {"prolog": SITE_PROLOG})
+    assert paths["hooks_config"].read_text() == hooks_json({"base": "/nvme"}, {"prolog": SITE_PROLOG}, EDITS)
     assert paths["conf"].stat().st_ino == conf_inode
 
 
-def test_only_slurm_conf_changed_when_the_site_dropped_the_alloc_flag(
+def test_an_alloc_flag_the_site_dropped_is_added_again_and_recorded_as_the_sites_none(
     paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The site took the PrologFlags line out since: Alloc is appended again, and hooks.json's record of
+    PrologFlags alone changes (the site has none now), so that state=absent takes out only that line."""
     run(args_for(paths, settings=SETTINGS), capsys)
-    paths["conf"].write_text(APPLIED.replace("PrologFlags=Serial,Alloc\n", ""))
-    config_inode = paths["hooks_config"].stat().st_ino
+    dropped = APPLIED.replace("PrologFlags=Serial,Alloc\n", "")
+    paths["conf"].write_text(dropped)
     rc, result = run(args_for(paths, settings=SETTINGS), capsys)
     assert rc == 0 and result["changed"] is True and result["conf_changed"] is True
     assert result["notes"] == ["PrologFlags: (none) -> Alloc"]
-    assert (
-        paths["conf"].read_text() == APPLIED.replace("PrologFlags=Serial,Alloc\n", "") + "PrologFlags=Alloc\n"
-    )
-    assert paths["hooks_config"].stat().st_ino == config_inode
+    assert paths["conf"].read_text() == dropped + "PrologFlags=Alloc\n"
+    edits = {**EDITS, "PrologFlags": {"site": None, "ours": "Alloc"}}
+    assert paths["hooks_config"].read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG}, edits)
+    rc, _ = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0 and paths["conf"].read_text() == SITE.replace("PrologFlags=Serial\n", "")
 
 
 def test_configless_node_writes_hooks_json_and_leaves_slurm_conf_alone(
@@ -336,7 +354,7 @@ def test_hooks_json_without_site_hooks_records_them_now(
     paths["hooks_config"].write_text('{"base": "/old"}\n')
     rc, result = run(args_for(paths, settings=SETTINGS), capsys)
     assert rc == 0 and result["site_hooks"] == {"prolog": SITE_PROLOG}
-    assert paths["hooks_config"].read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG})
+    assert paths["hooks_config"].read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG}, EDITS)
 
 
 @pytest.mark.parametrize("missing", ["conf", "hooks", "hooks_config"])
@@ -396,22 +414,34 @@ def test_absent_in_check_mode_changes_nothing(
     rc, result = run(args_for(paths, state="absent", _ansible_check_mode=True), capsys)
     assert rc == 0 and result["changed"] is True and result["diff"]["after"] == RESTORED
     assert paths["conf"].read_text() == APPLIED
-    assert paths["hooks_config"].read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG})
+    assert paths["hooks_config"].read_text() == hooks_json(SETTINGS, {"prolog": SITE_PROLOG}, EDITS)
 
 
 def test_absent_restores_every_hook_of_ours_even_after_one_the_site_changed(
     paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The site replaced our Prolog since: it stays, and our Epilog/TaskProlog after it still go."""
+    """The site replaced our Prolog since: it stays, and our Epilog/TaskProlog (and PrologFlags) after it
+    still go back."""
     run(args_for(paths), capsys)
     edited = APPLIED.replace(f"Prolog={OURS['prolog']}", "Prolog=/etc/slurm/new-site-prolog.sh")
     paths["conf"].write_text(edited)
     rc, result = run(args_for(paths, state="absent"), capsys)
     assert rc == 0
     assert paths["conf"].read_text() == (
-        "ClusterName=ci\nProlog=/etc/slurm/new-site-prolog.sh\nPrologFlags=Serial,Alloc\nNodeName=n1 CPUs=2\n"
+        "ClusterName=ci\nProlog=/etc/slurm/new-site-prolog.sh\nPrologFlags=Serial\nNodeName=n1 CPUs=2\n"
     )
-    assert result["notes"] == RESTORE_NOTES[1:]
+    assert result["notes"] == [note for note in RESTORE_NOTES if not note.startswith("Prolog:")]
+
+
+def test_absent_leaves_prolog_flags_the_site_changed_since(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PrologFlags no longer holds what dltune wrote: it is the site's now and stays."""
+    run(args_for(paths), capsys)
+    paths["conf"].write_text(APPLIED.replace("PrologFlags=Serial,Alloc", "PrologFlags=Contain"))
+    rc, result = run(args_for(paths, state="absent"), capsys)
+    assert rc == 0 and paths["conf"].read_text() == SITE.replace("PrologFlags=Serial", "PrologFlags=Contain")
+    assert result["notes"] == [note for note in RESTORE_NOTES if not note.startswith("PrologFlags:")]
 
 
 def test_absent_on_a_configless_node_removes_only_hooks_json(
@@ -470,79 +500,151 @@ def test_a_failed_slurm_conf_replace_leaves_it_whole_and_no_temporary(
         replace(src, dst)
 
     monkeypatch.setattr(os, "replace", failing_for_conf)
-    with (
-        patch_module_args({**args_for(paths), "_ansible_no_log": True}),
-        pytest.raises(OSError, match="Input/"),
-    ):
-        conf_module.main()
+    rc, result = run(args_for(paths), capsys)
+    # A failed task with one line naming the file, not a traceback.
+    assert rc == 1
+    assert result == {"failed": True, "msg": f"{paths['conf']}: cannot replace it (Input/output error)"}
     assert paths["conf"].read_text() == SITE
-    assert paths["hooks_config"].read_text() == hooks_json({}, {"prolog": SITE_PROLOG})
+    assert paths["hooks_config"].read_text() == hooks_json({}, {"prolog": SITE_PROLOG}, EDITS)
     assert leftovers(paths["conf"].parent.parent) == []
+
+
+def with_its_includes(body: str, root: Path) -> str:
+    """The sample with each file it Includes there (empty, as this sample does not publish them): a
+    relative one beside slurm.conf in ``root``, an absolute one under ``root`` (its Include line naming
+    that copy)."""
+    for name in re.findall(r"(?im)^[ \t]*include[ \t]+(\S+)", body):
+        if name.startswith("/"):
+            copy = root / name.lstrip("/")
+            body = body.replace(f" {name}\n", f" {copy}\n")
+        else:
+            copy = root / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(b"")
+    return body
 
 
 @pytest.mark.parametrize("sample", samples("slurm_conf"), ids=str)
 def test_real_slurm_conf_round_trip(
     sample: Sample, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Each real slurm.conf: present, a no-op rerun, then absent puts back every line but PrologFlags
-    (which may have gained Alloc); or, for a list/glob hook, a failure that writes nothing."""
+    """Each real slurm.conf (with the files it Includes): present, a no-op rerun, then absent gives the
+    site its file back byte for byte, PrologFlags too; or, for a list/glob hook, a failure that writes
+    nothing."""
     conf = tmp_path / "slurm.conf"
-    conf.write_text(sample.body)
+    site = with_its_includes(sample.body, tmp_path).encode()
+    conf.write_bytes(site)
     args = {"conf": str(conf), "hooks": OURS, "hooks_config": str(tmp_path / "hooks.json")}
     rc, result = run(args, capsys)
     if rc == 1:
-        assert "is a list or a glob" in result["msg"] and conf.read_text() == sample.body
+        assert "is a list or a glob" in result["msg"] and conf.read_bytes() == site
         return
-    applied = conf.read_text()
+    applied = conf.read_bytes()
     assert {
-        k: v for k, (_i, v) in conf_module.parse(applied).items() if k in ("prolog", "epilog", "taskprolog")
+        k: v
+        for k, v in conf_module.parse(applied.decode()).items()
+        if k in ("prolog", "epilog", "taskprolog")
     } == {
         "prolog": OURS["prolog"],
         "epilog": OURS["epilog"],
         "taskprolog": OURS["task_prolog"],
     }
+    assert conf_module.runs_at_allocation(conf_module.parse(applied.decode()).get("prologflags", ""))
     assert run(args, capsys)[1]["changed"] is False
     rc, result = run({**args, "state": "absent"}, capsys)
-    assert rc == 0
-    restored = conf.read_text().splitlines()
-    original = sample.body.splitlines()
-    without_flags = [line for line in original if not line.lower().startswith("prologflags=")]
-    assert [line for line in restored if not line.lower().startswith("prologflags=")] == without_flags
+    assert rc == 0 and conf.read_bytes() == site
+
+
+def test_an_include_that_cannot_be_read_fails_and_nothing_is_written(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hook slurm.conf does not set may be set in the file it Includes: not guessed, refused naming it."""
+    missing = paths["conf"].parent / "nodes.conf"
+    text = "Include nodes.conf\nProlog=/etc/slurm/site-prolog.sh\n"
+    paths["conf"].write_text(text)
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 1 and result["msg"].startswith(
+        f"{paths['conf']}: an Include cannot be read, so Epilog may be set there: {missing} "
+    )
+    assert paths["conf"].read_text() == text and not paths["hooks_config"].exists()
+
+
+def test_a_hook_set_in_an_included_file_fails_naming_that_file(
+    paths: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dltune edits only slurm.conf itself: a hook Slurm reads from an included file is the site's to move."""
+    included = paths["conf"].parent / "hooks.conf"
+    included.write_text("Epilog=/etc/slurm/site-epilog.sh\n")
+    text = f"ClusterName=ci\nInclude {included.name}\n"
+    paths["conf"].write_text(text)
+    rc, result = run(args_for(paths), capsys)
+    assert rc == 1
+    assert result["msg"] == (
+        f"Epilog=/etc/slurm/site-epilog.sh is set in {included} line 1, a file {paths['conf']} Includes: "
+        f"dltune edits only {paths['conf']}; move Epilog there, or manage it yourself"
+    )
+    assert paths["conf"].read_text() == text and not paths["hooks_config"].exists()
 
 
 # --- the planner's edges that the module tests above do not reach
 
 
 def test_no_prolog_flags_gets_alloc() -> None:
-    text, site, notes = conf_module.plan("ClusterName=ci\n", OURS, {})
-    assert text.splitlines()[-1] == "PrologFlags=Alloc"
+    text, site, notes, record = conf_module.plan("slurm.conf", b"ClusterName=ci\n", OURS, {}, {})
+    assert text.splitlines()[-1] == b"PrologFlags=Alloc"
     assert notes[-1] == "PrologFlags: (none) -> Alloc" and site == {}
+    assert record["PrologFlags"] == {"site": None, "ours": "Alloc"}
 
 
 def test_empty_items_of_prolog_flags_are_dropped() -> None:
-    text, _, notes = conf_module.plan("PrologFlags=Serial,\n", OURS, {})
-    assert conf_module.parse(text)["prologflags"][1] == "Serial,Alloc"
+    text, _, notes, record = conf_module.plan("slurm.conf", b"PrologFlags=Serial,\n", OURS, {}, {})
+    assert conf_module.parse(text.decode())["prologflags"] == "Serial,Alloc"
     assert notes[-1] == "PrologFlags: Serial, -> Serial,Alloc"
+    assert record["PrologFlags"] == {"site": "Serial,", "ours": "Serial,Alloc"}
 
 
 def test_a_site_hook_with_capitals_is_chained() -> None:
-    text, site, notes = conf_module.plan("Prolog=/opt/X11/prolog\n", OURS, {})
-    assert conf_module.parse(text)["prolog"][1] == OURS["prolog"]
+    text, site, notes, _ = conf_module.plan("slurm.conf", b"Prolog=/opt/X11/prolog\n", OURS, {}, {})
+    assert conf_module.parse(text.decode())["prolog"] == OURS["prolog"]
     assert site == {"prolog": "/opt/X11/prolog"}
     assert notes[0] == f"Prolog: /opt/X11/prolog -> {OURS['prolog']}, chaining /opt/X11/prolog"
 
 
 def test_a_comment_holding_a_hash_is_cut_at_the_first_hash() -> None:
-    assert conf_module.parse("Prolog=/etc/slurm/p.sh # see #12\n") == {"prolog": (0, "/etc/slurm/p.sh")}
+    assert conf_module.parse("Prolog=/etc/slurm/p.sh # see #12\n") == {"prolog": "/etc/slurm/p.sh"}
 
 
-def test_assign_replaces_a_line_it_appended() -> None:
-    """A key appended once is found at its new line: assigning it again replaces that line."""
-    found: dict[str, tuple[int, str]] = {}
-    lines = conf_module._assign(["ClusterName=ci", "NodeName=n1"], found, "Epilog", "/a")
-    lines = conf_module._assign(lines, found, "Epilog", "/b")
-    assert lines == ["ClusterName=ci", "NodeName=n1", "Epilog=/b"]
-    assert found == {"epilog": (2, "/a")}
+def test_a_value_slurm_reads_from_a_line_of_two_words_is_the_first() -> None:
+    """`Epilog=/c d`: the value Slurm reads is the first word, /c; the module reads and chains the same,
+    and edits only those bytes (` d` stays as the site wrote it)."""
+    assert conf_module.parse("Epilog=/c d\n") == {"epilog": "/c"}
+    text, site, _, record = conf_module.plan("slurm.conf", b"Epilog=/c d\n", OURS, {}, {})
+    assert text.startswith(f"Epilog={OURS['epilog']} d\n".encode()) and site == {"epilog": "/c"}
+    assert record["Epilog"] == {"site": "/c", "ours": OURS["epilog"]}
+
+
+def test_a_key_appended_once_is_edited_in_place_by_the_next_plan() -> None:
+    """A key appended once is found at its new line: a new value for it replaces that value's bytes,
+    nothing is appended again."""
+    first, _, _, record = conf_module.plan("slurm.conf", b"ClusterName=ci\nNodeName=n1\n", OURS, {}, {})
+    moved = {**OURS, "epilog": "/b"}
+    second, _, _, _ = conf_module.plan("slurm.conf", first, moved, {}, record)
+    assert second == first.replace(f"Epilog={OURS['epilog']}\n".encode(), b"Epilog=/b\n")
+    assert second.count(b"Epilog=") == 1
+
+
+def test_line_ends_and_a_missing_final_newline_are_kept_and_come_back_byte_for_byte() -> None:
+    """CRLF stays CRLF; the lines appended to a file without a final newline go after a line end, and
+    the file still ends without one; restore gives back every byte, bytes that are not UTF-8 too."""
+    site = b"ClusterName=ci\r\nProlog=/p # caf\xe9\r\nNodeName=n1"
+    applied, hooks, _, record = conf_module.plan("slurm.conf", site, OURS, {}, {})
+    assert applied == (
+        f"ClusterName=ci\r\nProlog={OURS['prolog']} # caf".encode() + b"\xe9\r\nNodeName=n1"
+        + f"\r\nEpilog={OURS['epilog']}\r\nTaskProlog={OURS['task_prolog']}\r\nPrologFlags=Alloc".encode()
+    )  # fmt: skip
+    assert hooks == {"prolog": "/p"}
+    restored, _ = conf_module.restore("slurm.conf", applied, record)
+    assert restored == site
 
 
 # --- filter slurm_tmpdir_fstype_of
@@ -586,19 +688,19 @@ def test_a_record_that_is_json_but_not_this_roles_is_one_message_and_nothing_cha
 
 def test_the_sites_hook_lines_keep_their_spelling_and_comments_and_come_back_byte_for_byte() -> None:
     site = (
-        "PrologFlags=Alloc\n"
-        "prolog = /etc/slurm/site-prolog.sh   # the site's prolog: mounts scratch\n"
-        "Epilog=/etc/slurm/site-epilog.sh#cleans up\n"
-        "TaskProlog=/etc/slurm/task-prolog.sh\n"
+        b"PrologFlags=Alloc\n"
+        b"prolog = /etc/slurm/site-prolog.sh   # the site's prolog: mounts scratch\n"
+        b"Epilog=/etc/slurm/site-epilog.sh#cleans up\n"
+        b"TaskProlog=/etc/slurm/task-prolog.sh\n"
     )
-    applied, hooks, _ = conf_module.plan(site, OURS, {})
+    applied, _, _, record = conf_module.plan("slurm.conf", site, OURS, {}, {})
     assert applied == (
-        "PrologFlags=Alloc\n"
-        f"prolog = {OURS['prolog']}   # the site's prolog: mounts scratch\n"
-        f"Epilog={OURS['epilog']}#cleans up\n"
-        f"TaskProlog={OURS['task_prolog']}\n"
+        b"PrologFlags=Alloc\n"
+        + f"prolog = {OURS['prolog']}   # the site's prolog: mounts scratch\n".encode()
+        + f"Epilog={OURS['epilog']}#cleans up\n".encode()
+        + f"TaskProlog={OURS['task_prolog']}\n".encode()
     )
-    restored, _ = conf_module.restore(applied, OURS, hooks)
+    restored, _ = conf_module.restore("slurm.conf", applied, record)
     assert restored == site
 
 

@@ -1,0 +1,1 @@
+../../plugins/module_utils/slurm_conf.py
