@@ -29,10 +29,28 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dltune.model import DltuneError, Result, Status
+from dltune.model import DltuneError, InputError, Result, Status
 from dltune.probes.runner import CommandRunner
 
 REASON_PREFIX = "dltune:"
+# How far a stamp may lie ahead of the clock and still count (two hosts' clocks, one NTP slew).
+CLOCK_SLACK_S = 60.0
+# One node's name as scontrol takes it. scontrol expands "n[1-4]" and "a,b" to several nodes, so a name
+# holding brackets, commas or blanks would drain (or resume) many nodes in one run, past the limit.
+NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
+
+
+def checked_node_name(name: str, source: str) -> str:
+    """``name`` if it is one plain Slurm node name; InputError naming ``source`` (the option or the
+    variable it came from) otherwise, before scontrol is ever run."""
+    if NODE_NAME.fullmatch(name):
+        return name
+    raise InputError(
+        f"{source}={name!a} is not one Slurm node name (letters, digits, '-', '_', '.'): a hostlist or "
+        "a list would reach several nodes"
+    )
+
+
 FLAPPING_PREFIX = "dltune: flapping:"
 # Node state flags (scontrol's State=BASE+FLAG+...) that mean someone took the node out of service.
 OUT_OF_SERVICE = frozenset(
@@ -291,8 +309,32 @@ def decide(
             + (f"; critical failures not recorded in Slurm: {' '.join(failing)}" if failing else ""),
             history=history,
         )
-    recent = tuple(t for t in history.resumes if now - t < policy.flap_window_s)
+    # Judged on the clock as it reads now: a stamp ahead of it (the clock was stepped back since, or a
+    # history file copied from another host) cannot be a resume that happened, so it does not count
+    # as recent and is dropped, and the decision says so.
+    future = [t for t in history.resumes if t > now + CLOCK_SLACK_S]
+    recent = tuple(t for t in history.resumes if -CLOCK_SLACK_S <= now - t < policy.flap_window_s)
     history = replace(history, resumes=recent)
+    if future:
+        ahead = max(future) - now
+        note = (
+            f" ({len(future)} resume stamp(s) up to {ahead:.0f} s ahead of the clock not counted: stepped?)"
+        )
+        decided = _decide_healthy_or_failing(node, failing, cluster, policy, history, recent, now)
+        return replace(decided, said=decided.said + note) if decided.said else decided
+    return _decide_healthy_or_failing(node, failing, cluster, policy, history, recent, now)
+
+
+def _decide_healthy_or_failing(
+    node: NodeState,
+    failing: list[str],
+    cluster: Mapping[str, NodeState] | None,
+    policy: Policy,
+    history: History,
+    recent: tuple[float, ...],
+    now: float,
+) -> Decision:
+    name = node.name or "this node"
     if failing:
         return _decide_failing(node, failing, cluster, policy, history, recent)
     if node.drained_by_dltune:
@@ -370,6 +412,7 @@ def apply(
     with nothing changed."""
     policy = policy or Policy()
     now = time.time() if now is None else now
+    checked_node_name(node, "the Slurm node")
     history, note = load_history(history_file)
     shown = runner.run(["scontrol", "-o", "show", "node", node], timeout=SCONTROL_TIMEOUT_S)
     if not shown.ok and shown.returncode != 127 and _UNKNOWN_NODE.search(shown.stderr + shown.stdout):
@@ -429,6 +472,19 @@ def _recheck(
         return decision.said, None
     _scontrol(runner, ["scontrol", "update", f"nodename={node}", "state=resume"])
     return f"{node} drained and given back at once: {held.summary}", held
+
+
+def record_resume(history_file: str, now: float | None = None) -> History:
+    """Keep in the node's history that dltune resumes it now (playbooks/remediate.yml, just before its
+    own `scontrol update state=resume`): the next health check then counts it with dltune's own
+    resumes, so a node that fails, is remediated and fails again is damped, where an operator's resume
+    (not recorded) starts the history afresh."""
+    now = time.time() if now is None else now
+    history, _note = load_history(history_file)
+    kept = tuple(t for t in history.resumes if t <= now + CLOCK_SLACK_S)
+    recorded = History(resumes=(*kept, now))
+    save_history(history_file, recorded)
+    return recorded
 
 
 def load_history(path: str | None) -> tuple[History, str]:

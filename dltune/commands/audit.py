@@ -57,8 +57,17 @@ SLURM_NODE_OPTION = typer.Option(
 )
 
 
-def slurm_node_name(given: str | None) -> str:
-    return given or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+def slurm_node_name(given: str | None, environ: bool = True) -> str:
+    """The one Slurm node this command may change: --slurm-node, else $SLURMD_NODENAME (where
+    ``environ``), else the short hostname; a name that is not one plain node name (a hostlist, a
+    list) is an InputError naming where it came from."""
+    from dltune.slurm_health import checked_node_name
+
+    if given is not None:
+        return checked_node_name(given, "--slurm-node")
+    if environ and os.environ.get("SLURMD_NODENAME"):
+        return checked_node_name(os.environ["SLURMD_NODENAME"], "SLURMD_NODENAME")
+    return checked_node_name(socket.gethostname().split(".")[0], "the short hostname")
 
 
 # The drain bounds' options, shared by `dltune audit --slurm-drain` and `dltune healthcheck`.
@@ -205,6 +214,8 @@ def audit(
         if facts_file is not None:
             check_output_file(facts_file, "--facts-file")
         policy = drain_policy(drain_limit, flap_count, flap_window) if slurm_drain else None
+        if slurm_drain:  # a name scontrol would expand to several nodes stops here, before the audit
+            slurm_node = slurm_node_name(slurm_node, environ=False)
         counters = earlier_counters(previous, facts_file)
         snapshot, results, host = audit_results(
             root, areas, nfs_timeout, nvml_timeout, deadline, counters, dcgm_level=1 if dcgm else None
@@ -322,7 +333,7 @@ def apply_slurm_health(
     from dltune.probes.runner import SubprocessRunner
     from dltune.slurm_health import SlurmUnavailable, apply
 
-    node = slurm_node or socket.gethostname().split(".")[0]
+    node = slurm_node_name(slurm_node, environ=False)
     try:
         said, added = apply(node, results, SubprocessRunner(), policy, str(history_file))
     except (SlurmUnavailable, OSError, DltuneError) as exc:

@@ -11,22 +11,37 @@ from typing import Annotated, Any
 import typer
 
 from dltune.commands import seconds_option
-from dltune.commands.audit import SLURM_NODE_OPTION, audit_results, slurm_node_name
+from dltune.commands.audit import HISTORY_FILE_OPTION, SLURM_NODE_OPTION, audit_results, slurm_node_name
 from dltune.model import EXIT_OK
 from dltune.probes.watchdog import Deadline
+from dltune.slurm_health import DEFAULT_HISTORY_FILE
 
 
 def remedy(
     slurm_node: Annotated[str | None, SLURM_NODE_OPTION] = None,
     timeout: Annotated[float, seconds_option("--timeout", help="Seconds for the audit.")] = 30.0,
+    record_resume: Annotated[
+        bool,
+        typer.Option(
+            "--record-resume",
+            help="Only record in the node's history that dltune resumes it now (remediate.yml, before its "
+            "resume), so that flap damping counts the cycle; no audit.",
+        ),
+    ] = False,
+    history_file: Annotated[Path, HISTORY_FILE_OPTION] = Path(DEFAULT_HISTORY_FILE),
 ) -> None:
     """Audit this node and say what remediation may do: resume, reapply (roles), reset_gpu, reboot or
     hold, with the node's Slurm state (drained by dltune? flapping?). JSON; exit 0."""
     from dltune.probes.runner import SubprocessRunner
     from dltune.remediation import remedy_for
     from dltune.slurm_health import SCONTROL_TIMEOUT_S, parse_node
+    from dltune.slurm_health import record_resume as record
 
     node = slurm_node_name(slurm_node)
+    if record_resume:
+        recorded = record(str(history_file))
+        sys.stdout.write(json.dumps({"node": node, "recorded_resume": recorded.resumes[-1]}) + "\n")
+        raise typer.Exit(EXIT_OK)
     _, results, host = audit_results(Path("/"), None, 5.0, min(10.0, timeout), Deadline(timeout))
     shown = SubprocessRunner().run(["scontrol", "-o", "show", "node", node], timeout=SCONTROL_TIMEOUT_S)
     slurm: dict[str, Any]

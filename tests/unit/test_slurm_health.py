@@ -10,6 +10,7 @@ import pytest
 from dltune.model import Result, Status
 from dltune.probes.runner import CommandResult, RecordedRunner
 from dltune.slurm_health import (
+    CLOCK_SLACK_S,
     DrainLimit,
     Policy,
     SlurmUnavailable,
@@ -17,6 +18,7 @@ from dltune.slurm_health import (
     critical_failures,
     parse_node,
     parse_nodes,
+    record_resume,
 )
 
 SHOWN = (
@@ -351,3 +353,49 @@ def test_a_history_that_cannot_be_saved_is_said_after_the_drain_not_raised(tmp_p
     said, _ = apply("gpu01", ECC_FAIL, slurm, None, str(tmp_path / "a-file" / "history.json"))  # type: ignore[arg-type]
     assert slurm.state("gpu01")[0] == "IDLE+DRAIN"
     assert said.startswith("drained gpu01: dltune: gpu.ecc") and "history not saved" in said, said
+
+
+def remediated(slurm: FakeSlurm, tmp_path: Path, now: float) -> None:
+    """What playbooks/remediate.yml does for a node dltune drained, once the node is proven:
+    `dltune remedy --record-resume`, then `scontrol update state=resume`."""
+    record_resume(str(tmp_path / "state" / "history.json"), now=now)
+    slurm.run(["scontrol", "update", "nodename=gpu01", "state=resume"])
+
+
+def test_a_node_remediated_three_times_in_a_day_is_damped_as_flapping(tmp_path: Path) -> None:
+    """The remediation's resume counts as dltune's: fail, remediate, fail again is the same cycle as
+    fail, resume, fail. Without --record-resume it looked like an operator's and cleared the history,
+    so such a node was never damped."""
+    slurm = cluster_of(30)
+    now = 1e9
+    for _ in range(3):
+        health(slurm, "gpu01", ECC_FAIL, tmp_path, now)
+        assert slurm.state("gpu01")[1] == "dltune: gpu.ecc"
+        remediated(slurm, tmp_path, now + HOUR)
+        now += 2 * HOUR
+    said, _ = health(slurm, "gpu01", ECC_FAIL, tmp_path, now)
+    assert slurm.state("gpu01") == ("IDLE+DRAIN", "dltune: flapping: gpu.ecc"), said
+
+
+def test_resume_stamps_ahead_of_the_clock_do_not_count_and_are_said(tmp_path: Path) -> None:
+    """A history written before the clock was stepped back holds resumes 'in the future': they cannot
+    be recent ones, so a node that fails now is drained as an ordinary failure, and the log says why."""
+    history = tmp_path / "state" / "history.json"
+    history.parent.mkdir(mode=0o700)
+    ahead = [1e9 + 3 * HOUR, 1e9 + 4 * HOUR, 1e9 + 5 * HOUR]
+    history.write_text(json.dumps({"schema_version": 1, "resumes": ahead, "drained_reason": ""}))
+    slurm = cluster_of(30)
+    said, _ = health(slurm, "gpu01", ECC_FAIL, tmp_path, 1e9)
+    assert slurm.state("gpu01")[1] == "dltune: gpu.ecc", said
+    assert "3 resume stamp(s) up to 18000 s ahead of the clock not counted" in said
+    assert json.loads(history.read_text())["resumes"] == []
+
+
+def test_a_stamp_within_the_clock_slack_still_counts(tmp_path: Path) -> None:
+    history = tmp_path / "state" / "history.json"
+    history.parent.mkdir(mode=0o700)
+    stamps = [1e9 - HOUR, 1e9 - 1, 1e9 + CLOCK_SLACK_S]
+    history.write_text(json.dumps({"schema_version": 1, "resumes": stamps, "drained_reason": ""}))
+    slurm = cluster_of(30)
+    health(slurm, "gpu01", ECC_FAIL, tmp_path, 1e9)
+    assert slurm.state("gpu01")[1] == "dltune: flapping: gpu.ecc"
