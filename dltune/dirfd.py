@@ -273,3 +273,112 @@ def fd_path(fd: int) -> str:
     """A path that reaches the open directory `fd` itself whatever its name becomes meanwhile
     (procfs's link to the descriptor), for library calls that take paths (tarfile, os.walk)."""
     return f"/proc/self/fd/{fd}"
+
+
+MAX_LINK_HOPS = 40  # the kernel's own limit on links in one path
+
+
+def _trusted_owners() -> set[int]:
+    return {0, os.geteuid()}
+
+
+def _refuse_owner(st: os.stat_result, shown: str, what: str) -> None:
+    """Root follows or writes only what root (or the user it runs for) made: another user's entry on
+    the way could lead root's write onto any file (a link to /etc/shadow, a directory swapped)."""
+    if os.geteuid() == 0 and st.st_uid not in _trusted_owners():
+        raise UnsafeEntry(f"{shown} belongs to uid {st.st_uid}, not root: {what}")
+
+
+def open_parent(path: str) -> tuple[int, str, str]:
+    """(descriptor of the directory holding ``path``'s last name, that name, the path as reached),
+    walked from / one name at a time with O_NOFOLLOW. Links are followed by reading them, and, when
+    dltune runs as root, only links and directories that root owns are followed (UnsafeEntry names
+    another user's). A last name that is a link is followed the same way: the file a link names is
+    the one replaced, never the link."""
+    pending = [part for part in os.path.abspath(path).split("/") if part]
+    fd = os.open("/", DIR_FLAGS)
+    reached, hops = "", 0
+    try:
+        while pending:
+            name = pending.pop(0)
+            if name in (".", ""):
+                continue
+            if name == "..":
+                up = os.open("..", DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd, reached = up, os.path.dirname(reached)
+                continue
+            shown = f"{reached}/{name}"
+            st = lstat_at(fd, name)
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                _refuse_owner(st, shown, "a link another user made is not followed")
+                hops += 1
+                if hops > MAX_LINK_HOPS:
+                    raise OSError(errno.ELOOP, f"{shown}: too many links")
+                target = os.readlink(name, dir_fd=fd)
+                pending[:0] = [part for part in target.split("/") if part]
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd, reached = os.open("/", DIR_FLAGS), ""
+                continue
+            if not pending:
+                return fd, name, shown
+            if st is None:
+                raise FileNotFoundError(errno.ENOENT, f"{shown}: no such directory")
+            _refuse_owner(st, shown, "not written below it")
+            below = os.open(name, DIR_FLAGS, dir_fd=fd)
+            if _ident(os.fstat(below)) != _ident(st):  # swapped between the look and the open
+                os.close(below)
+                raise UnsafeEntry(f"{shown} changed while it was opened: not written below it")
+            os.close(fd)
+            fd, reached = below, shown
+        raise IsADirectoryError(errno.EISDIR, f"{path}: is the root directory")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_replaceable(parent: int, name: str, shown: str) -> None:
+    """Where root replaces ``name`` (in ``parent``): a directory that anyone may write and that is not
+    sticky lets any user swap the file between the check and the rename; an existing entry must be a
+    regular file (a FIFO would block, a device is not an output) of root's or this user's."""
+    directory = os.fstat(parent)
+    if os.geteuid() == 0 and directory.st_mode & 0o002 and not directory.st_mode & stat.S_ISVTX:
+        raise UnsafeEntry(f"{os.path.dirname(shown) or '/'} is writable by anyone: not written there")
+    existing = lstat_at(parent, name)
+    if existing is None:
+        return
+    if not stat.S_ISREG(existing.st_mode):
+        raise UnsafeEntry(f"{shown} is not a regular file: not replaced")
+    _refuse_owner(existing, shown, "not replaced")
+
+
+def replace_file(path: str, data: bytes, mode: int = 0o644) -> None:
+    """``path`` replaced by ``data`` through a temporary beside it (O_EXCL, O_NOFOLLOW) renamed over
+    it within one open directory: readers never see half a file, and nothing on the way is a link or
+    directory another user made (open_parent, check_replaceable)."""
+    parent, name, shown = open_parent(path)
+    try:
+        check_replaceable(parent, name, shown)
+        temporary = derived_name(f"{name}.{os.getpid()}.{os.urandom(4).hex()}", ".tmp", prefix=".dltune.")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=parent)  # fmt: skip
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=parent)
+            raise
+        os.close(fd)
+        try:
+            os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=parent)
+            raise
+    finally:
+        os.close(parent)

@@ -3,11 +3,10 @@ renders the fleet). Results go to stdout, logs to stderr."""
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -199,15 +198,12 @@ def render_facts(
 
 
 def write_atomically(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
-    """Readers (node_exporter, Ansible) never see a half-written file: write a sibling, then rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".dltune.", dir=directory)
+    """Readers (node_exporter, Ansible) never see a half-written file: a sibling renamed over it. Run as
+    root (the timer, Slurm's health check) nothing another user made on the way is followed or
+    replaced (dltune.dirfd.replace_file): that is an OSError whose text names it."""
+    from dltune.dirfd import UnsafeEntry, replace_file
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        replace_file(os.fspath(path), text.encode("utf-8"), mode)
+    except UnsafeEntry as exc:
+        raise PermissionError(errno.EPERM, str(exc), os.fspath(path)) from exc

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -495,6 +496,10 @@ def load_history(path: str | None) -> tuple[History, str]:
     from dltune import safeio
 
     try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            # Another user's file (or link, or FIFO) where root keeps its history: not trusted.
+            return History(), f" (history {path} not used: not a regular file of uid {os.geteuid()}'s)"
         return History.from_json(safeio.load_file(path, max_bytes=1 << 20)), ""
     except FileNotFoundError:
         return History(), ""
@@ -513,8 +518,9 @@ def save_history(path: str | None, history: History) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, mode=0o700, exist_ok=True)
     st = os.lstat(directory)
-    if not os.path.isdir(directory) or os.path.islink(directory) or st.st_uid != os.geteuid():
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise DltuneError(
-            f"{directory}: not a directory of this user's: the history file is not written there"
+            f"{directory}: not a directory of this user's that only it may write: the history file is "
+            "not written there"
         )
     write_atomically(path, json.dumps(history.to_json()) + "\n", mode=0o600)

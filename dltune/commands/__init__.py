@@ -157,6 +157,18 @@ def check_output_file(path: Path, hint: str) -> None:
         raise typer.BadParameter(f"{exc.filename or path}: {exc.strerror or exc}", param_hint=hint) from exc
     if not os.access(parent, os.W_OK | os.X_OK):
         raise typer.BadParameter(f"{parent} is not writable by this user", param_hint=hint)
+    from dltune.dirfd import UnsafeEntry, check_replaceable, open_parent
+
+    try:  # as root: another user's link or directory on the way, refused before any work
+        directory, name, shown = open_parent(str(path))
+        try:
+            check_replaceable(directory, name, shown)
+        finally:
+            os.close(directory)
+    except UnsafeEntry as exc:
+        raise typer.BadParameter(str(exc), param_hint=hint) from exc
+    except OSError as exc:
+        raise typer.BadParameter(f"{exc.filename or path}: {exc.strerror or exc}", param_hint=hint) from exc
 
 
 def output_target(path: Path) -> Path:
@@ -179,7 +191,7 @@ def write_output(path: Path, text: str, hint: str) -> None:
     try:
         from dltune.report import write_atomically
 
-        write_atomically(output_target(path), text)
+        write_atomically(path, text)
     except OSError as exc:  # e.g. the disk filled up since the check
         error_line(f"dltune: {hint} {path}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
