@@ -57,7 +57,7 @@ def values(data: bytes, read: Callable[[str], bytes] | None = None) -> dict[str,
         (b"HealthCheckInterval=6\\\n0\n", {"healthcheckinterval": "60"}),  # joined mid-value
         (b"NodeName=n1 \\\n  CPUs=4\nEpilog=/e\n", {"nodename": "n1", "epilog": "/e"}),
         (b"Epilog=/e # note \\\nProlog=/p\n", {"epilog": "/e", "prolog": "/p"}),  # '\\' in a comment
-        (b"Prolog=/a \\\\\nEpilog=/e\n", {"prolog": "/a", "epilog": "/e"}),  # an even run: no join
+        (b"Prolog=/a\\\\\nEpilog=/e\n", {"prolog": "/a\\", "epilog": "/e"}),  # an even run: no join
         (b"Prolog=/a\r\nEpilog=/e\r\n", {"prolog": "/a", "epilog": "/e"}),
         (b'Prolog="/opt/site hooks/p" Epilog=/e\n', {"prolog": "/opt/site hooks/p", "epilog": "/e"}),
         (b"HealthCheckInterval=60 HealthCheckNodeState=IDLE\n", {"healthcheckinterval": "60",
