@@ -669,7 +669,8 @@ def test_a_history_is_not_written_through_a_linked_directory(tmp_path: Path) -> 
     with pytest.raises(DltuneError) as refused:
         save_history(str(tmp_path / "state" / "history.json"), History((1.0,)))
     assert str(refused.value) == (
-        f"{tmp_path / 'state'}: not a directory of this user's: the history file is not written there"
+        f"{tmp_path / 'state'}: not a directory of this user's that only it may write: the history file is "
+        "not written there"
     )
     assert os.listdir(real) == []
 
