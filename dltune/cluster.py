@@ -98,10 +98,10 @@ def _stale(file: Path, data: dict[str, Any], now: datetime) -> str | None:
     try:
         expiry = datetime.fromisoformat(until)
     except ValueError:
-        return f"{file.name}: valid_until {until!r} is not a time"
+        return f"{visible(file.name)}: valid_until '{visible(until)}' is not a time"
     if expiry.tzinfo is None:
         expiry = expiry.replace(tzinfo=timezone.utc)
-    return f"{file.name} was valid until {until}" if expiry < now else None
+    return f"{visible(file.name)} was valid until {visible(until)}" if expiry < now else None
 
 
 def _load_json(file: Path) -> tuple[Any, str | None]:
@@ -115,7 +115,8 @@ def _load_json(file: Path) -> tuple[Any, str | None]:
     except safeio.JsonError as exc:
         return None, _invalid(file, [f"$: {exc}"])
     except (OSError, ValueError) as exc:
-        return None, f"crashed: unreadable report {visible(file.name)} ({exc})"
+        why = getattr(exc, "strerror", None) or str(exc)  # an OSError's text would repeat the path
+        return None, f"crashed: unreadable report {visible(file.name)} ({visible(why)})"
 
 
 def _is_merged_report(data: Any) -> bool:
@@ -129,12 +130,12 @@ def _read(file: Path, data: Any, now: datetime) -> tuple[list[dict[str, Any]] | 
         return None, _invalid(file, [f"$: an object expected, found {type(data).__name__}"]), None
     if "results" not in data and "problem" in data:
         problems = validate(data, PROBLEM_SCHEMA)
-        return None, _invalid(file, problems) if problems else str(data["problem"]), None
+        return None, _invalid(file, problems) if problems else visible(data["problem"]), None
     version = data.get("schema_version")
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
         return (
             None,
-            f"unreadable: {file.name} has schema_version {version}, this dltune reads up to "
+            f"unreadable: {visible(file.name)} has schema_version {version}, this dltune reads up to "
             f"{SCHEMA_VERSION}: upgrade dltune where the report is merged",
             None,
         )

@@ -93,6 +93,11 @@ def open_own_file(parent: int, name: str, shown: str, flags: int, mode: int = 0o
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafeEntry(f"{shown} is a symbolic link; dltune never makes one there: remove it") from exc
+        # A FIFO without a reader (ENXIO), another user's file in a sticky directory (EACCES under
+        # fs.protected_regular): say what stands there rather than the errno.
+        existing = lstat_at(parent, name) if exc.errno != errno.ENOENT else None
+        if existing is not None:
+            expect_own(existing, shown, stat.S_IFREG)
         raise
     try:
         expect_own(os.fstat(fd), shown, stat.S_IFREG)
@@ -278,6 +283,70 @@ def fd_path(fd: int) -> str:
 MAX_LINK_HOPS = 40  # the kernel's own limit on links in one path
 
 
+def open_walked_dir(path: str) -> int:
+    """The directory `path`, reached from / one name at a time without following a link blindly:
+    `..` and links mean what they mean to the kernel (a link is read and its target walked in turn),
+    and, when dltune runs as root, a link or a directory on the way, the last one included, that
+    another user owns is refused (UnsafeEntry naming it): its owner could swap it for a link to any
+    directory, and root would write there. A relative path starts at the working directory."""
+    start = path if path.startswith("/") else f"{os.getcwd()}/{path}"
+    pending = [part for part in start.split("/") if part]
+    fd = os.open("/", DIR_FLAGS)
+    reached, hops = "", 0
+    try:
+        while pending:
+            name = pending.pop(0)
+            if name == ".":
+                continue
+            if name == "..":
+                up = os.open("..", DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd, reached = up, os.path.dirname(reached)
+                continue
+            shown = f"{reached}/{name}"
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, shown) from exc
+            if stat.S_ISLNK(st.st_mode):
+                _refuse_owner(st, shown, "a link another user made is not followed")
+                hops += 1
+                if hops > MAX_LINK_HOPS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), shown)
+                target = os.readlink(name, dir_fd=fd)
+                pending[:0] = [part for part in target.split("/") if part]
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd, reached = os.open("/", DIR_FLAGS), ""
+                continue
+            _refuse_owner(st, shown, "not written below it")
+            try:
+                below = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, shown) from exc
+            if _ident(os.fstat(below)) != _ident(st):  # swapped between the look and the open
+                os.close(below)
+                raise UnsafeEntry(f"{shown} changed while it was opened: not written below it")
+            os.close(fd)
+            fd, reached = below, shown
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextlib.contextmanager
+def opened_dir_checked(path: str) -> Iterator[int]:
+    """A directory dltune writes in, held open: as root reached by open_walked_dir (another user's
+    link or directory on the way refused), otherwise as opened_dir (links in the path are the
+    user's own choice)."""
+    fd = open_walked_dir(path) if os.geteuid() == 0 else os.open(path, DIR_FLAGS & ~os.O_NOFOLLOW)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def _trusted_owners() -> set[int]:
     return {0, os.geteuid()}
 
@@ -290,52 +359,29 @@ def _refuse_owner(st: os.stat_result, shown: str, what: str) -> None:
 
 
 def open_parent(path: str) -> tuple[int, str, str]:
-    """(descriptor of the directory holding ``path``'s last name, that name, the path as reached),
-    walked from / one name at a time with O_NOFOLLOW. Links are followed by reading them, and, when
-    dltune runs as root, only links and directories that root owns are followed (UnsafeEntry names
-    another user's). A last name that is a link is followed the same way: the file a link names is
-    the one replaced, never the link."""
-    pending = [part for part in os.path.abspath(path).split("/") if part]
-    fd = os.open("/", DIR_FLAGS)
-    reached, hops = "", 0
-    try:
-        while pending:
-            name = pending.pop(0)
-            if name in (".", ""):
-                continue
-            if name == "..":
-                up = os.open("..", DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd, reached = up, os.path.dirname(reached)
-                continue
-            shown = f"{reached}/{name}"
-            st = lstat_at(fd, name)
-            if st is not None and stat.S_ISLNK(st.st_mode):
-                _refuse_owner(st, shown, "a link another user made is not followed")
-                hops += 1
-                if hops > MAX_LINK_HOPS:
-                    raise OSError(errno.ELOOP, f"{shown}: too many links")
-                target = os.readlink(name, dir_fd=fd)
-                pending[:0] = [part for part in target.split("/") if part]
-                if target.startswith("/"):
-                    os.close(fd)
-                    fd, reached = os.open("/", DIR_FLAGS), ""
-                continue
-            if not pending:
-                return fd, name, shown
-            if st is None:
-                raise FileNotFoundError(errno.ENOENT, f"{shown}: no such directory")
-            _refuse_owner(st, shown, "not written below it")
-            below = os.open(name, DIR_FLAGS, dir_fd=fd)
-            if _ident(os.fstat(below)) != _ident(st):  # swapped between the look and the open
-                os.close(below)
-                raise UnsafeEntry(f"{shown} changed while it was opened: not written below it")
+    """(descriptor of the directory holding ``path``'s last name, that name, the path as shown),
+    the directory reached by open_walked_dir (as root, another user's link or directory on the way
+    refused). A last name that is a link is followed the same way, when root may follow it: the file
+    a link names is the one replaced, never the link."""
+    hops = 0
+    while True:
+        directory, name = os.path.split(os.path.abspath(path))
+        shown = f"{directory.rstrip('/')}/{name}"
+        if not name:
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        fd = open_walked_dir(directory)
+        st = lstat_at(fd, name)
+        if st is None or not stat.S_ISLNK(st.st_mode):
+            return fd, name, shown
+        try:
+            _refuse_owner(st, shown, "a link another user made is not followed")
+            hops += 1
+            if hops > MAX_LINK_HOPS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), shown)
+            target = os.readlink(name, dir_fd=fd)
+        finally:
             os.close(fd)
-            fd, reached = below, shown
-        raise IsADirectoryError(errno.EISDIR, f"{path}: is the root directory")
-    except BaseException:
-        os.close(fd)
-        raise
+        path = target if target.startswith("/") else f"{directory}/{target}"
 
 
 def check_replaceable(parent: int, name: str, shown: str) -> None:

@@ -11,13 +11,14 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
 from rich.table import Table
-from rich.text import Text
+from rich.text import Span, Text
 
 from dltune import SCHEMA_VERSION, __version__
 from dltune.model import Result, Status
-from dltune.text import visible
+from dltune.text import terminal_safe, visible
 
 # One order and one palette for every output (node table, cluster summary, HTML, Prometheus): findings
 # first, worst first. A fail is a judgement that something is wrong; an error, that it could not judge.
@@ -56,9 +57,47 @@ def by_status(results: Sequence[Result]) -> list[Result]:
     return sorted(results, key=lambda r: status_rank(r.status))
 
 
+class HumanConsole(Console):
+    """The console every human output of dltune is written through (``console``): what it prints passes
+    ``terminal_safe`` whatever it is, so no control or format character from the host reaches a
+    terminal even where a renderer forgot ``visible``. The guard sits here, at the sink, because only
+    here is all text known to be text: rich adds its own escape sequences (colours, the progress bar's
+    cursor moves) after rendering, as styles and control segments this never touches. A ``Text`` is
+    made safe before it is wrapped, every other segment as it is rendered; both keep dltune's own
+    newlines, and ``visible``'s output passes unchanged. (Rich itself drops BEL, backspace, VT, FF and
+    CR from a ``Text``.) The guard is the last line, not the rule: a table measures its columns on the
+    text before this, so a cell nobody escaped may be cut short in a narrow column, and a newline in it
+    is kept; renderers escape data with ``visible`` where they format it."""
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        if isinstance(renderable, Text) and not renderable.plain.isprintable():
+            renderable = _safe_text(renderable)
+        elif isinstance(renderable, str):
+            renderable = terminal_safe(renderable)
+        for segment in super().render(renderable, options):  # nested renderables come back through here
+            if segment.control is None and not segment.text.isprintable() and segment.text != "\n":
+                segment = segment._replace(text=terminal_safe(segment.text))
+            yield segment
+
+
+def _safe_text(text: Text) -> Text:
+    """``text`` through ``terminal_safe``, its styled spans moved with the characters they cover."""
+    if terminal_safe(text.plain) == text.plain:  # dltune's own newlines only
+        return text
+    pieces = [terminal_safe(ch) for ch in text.plain]
+    starts = [0]
+    for piece in pieces:
+        starts.append(starts[-1] + len(piece))
+    end = len(pieces)
+    safe = text.blank_copy("".join(pieces))
+    safe.spans = [Span(starts[min(s.start, end)], starts[min(s.end, end)], s.style) for s in text.spans]
+    return safe
+
+
 def console(*, stderr: bool = False, width: int | None = None, soft_wrap: bool = False) -> Console:
-    """A console that never reads markup or highlights: the text it prints comes from the host."""
-    return Console(stderr=stderr, width=width, soft_wrap=soft_wrap, markup=False, highlight=False)
+    """A console that never reads markup or highlights: the text it prints comes from the host, and it
+    writes no control character from there (``HumanConsole``)."""
+    return HumanConsole(stderr=stderr, width=width, soft_wrap=soft_wrap, markup=False, highlight=False)
 
 
 def envelope(

@@ -21,6 +21,7 @@ from dltune.bench import judge, rdma, slow_node
 from dltune.bench.measure import BenchError
 from dltune.model import Result
 from dltune.probes.watchdog import process_cmdlines
+from dltune.text import decimal
 
 DEFAULT_LOADER = "num_workers=0,pin_memory=False"
 
@@ -509,8 +510,12 @@ def slurm_step(env: Mapping[str, str], expand: Callable[[str], list[str]]) -> Sl
             f"--multi-node runs as the tasks of a Slurm job step ({', '.join(missing)} not set): "
             "srun --nodes=N --ntasks-per-node=1 dltune bench --multi-node"
         )
-    hosts = expand(env["SLURM_STEP_NODELIST"])
-    tasks = int(env["SLURM_STEP_NUM_TASKS"])
+    _slurm_number(env, "SLURM_JOB_ID", "a job id")
+    tasks = _slurm_number(env, "SLURM_STEP_NUM_TASKS", "a task count")
+    nodelist = env["SLURM_STEP_NODELIST"]
+    if nodelist.startswith("-") or not (nodelist.isascii() and nodelist.isprintable()) or " " in nodelist:
+        raise BenchError(f"SLURM_STEP_NODELIST={nodelist[:80]!r} is not a Slurm node list: {_SRUN_SETS}")
+    hosts = expand(nodelist)
     if tasks != len(hosts):
         raise BenchError(
             f"--multi-node wants one task per node: this step has {tasks} tasks on {len(hosts)} node(s) "
@@ -522,6 +527,19 @@ def slurm_step(env: Mapping[str, str], expand: Callable[[str], list[str]]) -> Sl
     if me not in hosts:
         raise BenchError(f"SLURMD_NODENAME={me} is not in SLURM_STEP_NODELIST={env['SLURM_STEP_NODELIST']}")
     return SlurmStep(job_id=env["SLURM_JOB_ID"], hosts=hosts, node_rank=hosts.index(me))
+
+
+_SRUN_SETS = (
+    "srun sets it for each task of a job step (srun --nodes=N --ntasks-per-node=1 dltune bench --multi-node)"
+)
+
+
+def _slurm_number(env: Mapping[str, str], name: str, what: str) -> int:
+    """A positive decimal number srun set in `name`; BenchError naming the variable otherwise."""
+    value = decimal(env[name])
+    if value is None or value < 1:
+        raise BenchError(f"{name}={env[name][:40]!r} is not {what} (a positive decimal number): {_SRUN_SETS}")
+    return value
 
 
 def expand_nodelist(nodelist: str) -> list[str]:

@@ -4,6 +4,7 @@ atomically, error lines, and the interrupt handling."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -130,11 +131,31 @@ def interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
+# Human output reaches a terminal through three writers only (tests/unit/test_human_output_escaping.py
+# holds every command to it): the rich consoles of dltune.report.console (tables, progress, messages:
+# escaped at the sink), and these two line writers, which escape the whole line with dltune.text's rule
+# (a line is composed of raw data: paths given, exception texts, Slurm's reasons). JSON, Prometheus,
+# YAML and the staged path piped to a script are machine output, written as they are.
+
+
 def error_line(text: str) -> None:
     """One line on stderr, whole (never folded at a terminal's width, never read as markup), with host
     and user text escaped: what every command prints when it stops on an error."""
     sys.stderr.write(visible(text) + "\n")
     sys.stderr.flush()
+
+
+def output_line(text: str) -> None:
+    """One line of human output on stdout, whole and escaped as ``error_line``'s."""
+    sys.stdout.write(visible(text) + "\n")
+    sys.stdout.flush()
+
+
+class VisibleLogFormatter(logging.Formatter):
+    """Log records (``--verbose``) name paths the probes could not read: escaped as any other line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
 
 
 def check_output_file(path: Path, hint: str) -> None:

@@ -18,6 +18,7 @@ import typer
 from dltune.commands import (
     ALL_OPTION,
     OutputFormat,
+    VisibleLogFormatter,
     check_directory,
     check_output_file,
     error_line,
@@ -203,7 +204,9 @@ def audit(
     # them all at exit: the cyclic collector would only rescan them (a fifth of the run's time).
     gc.disable()
     try:
-        logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr)
+        logs = logging.StreamHandler(sys.stderr)
+        logs.setFormatter(VisibleLogFormatter(logging.BASIC_FORMAT))
+        logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, handlers=[logs])
         areas = parse_areas(only)
         check_directory(root, "--root")
         if emit_expectations:

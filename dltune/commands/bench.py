@@ -21,7 +21,7 @@ from dltune.commands import (
     stdout_console,
 )
 from dltune.model import EXIT_USAGE_OR_ERROR, Result, exit_code
-from dltune.text import decimal
+from dltune.text import decimal, visible
 
 if TYPE_CHECKING:
     from dltune.bench.run import Options
@@ -189,7 +189,7 @@ def bench(
         error_line(f"dltune bench: {exc}")
         raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
     if results is None:  # another node of a multi-node run: the first node reports for all
-        err.print(f"dltune bench: {socket.gethostname()} took part; the step's first node reports")
+        err.print(f"dltune bench: {visible(socket.gethostname())} took part; the step's first node reports")
         raise typer.Exit(0)
     from dltune.report import render_human, render_json
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from dltune.commands import ALL_OPTION, check_output_file, stdout_console, write_output
+from dltune.commands import ALL_OPTION, check_output_file, output_line, stdout_console, write_output
 
 
 def report(
@@ -45,5 +45,5 @@ def report(
         write_output(html_file, cluster.render_html(nodes, generated), "--html")
     cluster.render_summary(nodes, stdout_console(), show_all=show_all)
     if html_file is not None:
-        typer.echo(f"HTML report: {html_file.resolve()}")
+        output_line(f"HTML report: {html_file.resolve()}")
     raise typer.Exit(0 if all(n.healthy for n in nodes) else 1)

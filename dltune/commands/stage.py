@@ -10,11 +10,23 @@ from typing import Annotated, Any
 
 import typer
 
-from dltune.commands import EXIT_INTERRUPTED, interrupt, number_option, progress_console
+from dltune.commands import EXIT_INTERRUPTED, interrupt, number_option, output_line, progress_console
 from dltune.text import visible
 
-# The same limit as dltune.staging.plan's (not imported here: the CLI loads staging only when it runs).
-MAX_BWLIMIT = 1e6
+# The same limits as dltune.staging.plan's (not imported here: the CLI loads staging only when it runs).
+MAX_BWLIMIT, MIN_BWLIMIT = 1e6, 0.001
+
+
+def _honoured_rate(value: float) -> float:
+    """--bwlimit below MIN_BWLIMIT (but not 0, no limit): a read would wait for centuries."""
+    if 0 < value < MIN_BWLIMIT:
+        raise typer.BadParameter(
+            f"{value:g} MB/s cannot be honoured: give 0 (no limit) or MB/s from {MIN_BWLIMIT:g} to "
+            f"{MAX_BWLIMIT:.0f}"
+        )
+    return value
+
+
 # A Slurm job's node count, as --plan takes it (Slurm's own limit is far below).
 MAX_NODES = 1_000_000
 
@@ -75,7 +87,8 @@ def stage(
             kind=float,
             minimum=0,
             maximum=MAX_BWLIMIT,
-            help="Read SRC at most this fast, in MB/s (0: no limit).",
+            help="Read SRC at most this fast, in MB/s (0: no limit; else from 0.001).",
+            callback=_honoured_rate,
         ),
     ] = 0,
 ) -> None:
@@ -86,8 +99,8 @@ def stage(
     if not src.exists():
         raise typer.BadParameter(f"{src} does not exist", param_hint="SRC")
     if plan:
-        for line in staging.plan_advice(src, nodes):
-            typer.echo(line)
+        for line in staging.plan_advice(src, nodes):  # the source's path and its filesystem type
+            output_line(line)
         return
     if to is None:
         raise typer.BadParameter(
@@ -145,7 +158,7 @@ def stage(
         f"staged {visible(str(summary.path))}: {summary.files} files, {summary.bytes / 1e6:.1f} MB copied"
         f" ({summary.skipped} already there) in {summary.seconds:.1f}s, {summary.mb_per_s:.0f} MB/s"
         + (", verified" if summary.verified else "")
-        + (f" ({'; '.join(summary.notes)})" if summary.notes else "")
+        + (f" ({'; '.join(visible(note) for note in summary.notes)})" if summary.notes else "")
     )
     _print_path(summary.path)
 
@@ -191,7 +204,11 @@ def _broadcast(
 
 
 def _print_path(path: Path) -> None:
-    # The path exactly, as bytes: scripts take it as is (DATA=$(dltune stage ...)).
+    # The path exactly, as bytes: scripts take it as is (DATA=$(dltune stage ...)). A terminal gets it
+    # escaped, as every human output (ls does the same): nobody reads it there but a person.
+    if sys.stdout.isatty():
+        output_line(str(path))
+        return
     sys.stdout.flush()
     sys.stdout.buffer.write(os.fsencode(path) + b"\n")
     sys.stdout.buffer.flush()
@@ -216,7 +233,10 @@ def stage_node(
     checksum: Annotated[bool, typer.Option("--checksum")] = False,
     replace: Annotated[bool, typer.Option("--replace")] = False,
     bwlimit: Annotated[
-        float, number_option("--bwlimit", kind=float, minimum=0, maximum=MAX_BWLIMIT, help="MB/s.")
+        float,
+        number_option(
+            "--bwlimit", kind=float, minimum=0, maximum=MAX_BWLIMIT, help="MB/s.", callback=_honoured_rate
+        ),
     ] = 0,
 ) -> None:
     """One node's part of `dltune stage --broadcast` (run by srun, one task per node): prints one

@@ -99,6 +99,18 @@ def _resume_target(partial: Path, member: tarfile.TarInfo) -> Path | None:
     return target if os.path.realpath(target).startswith(root + os.sep) else None
 
 
+def _key(relative: str) -> str:
+    """One key per place in the extracted tree: `./a`, `a` and `a/` are one file to tar and to us."""
+    return os.path.normpath(relative)
+
+
+def last_of_each(entries: list[Entry]) -> list[Entry]:
+    """The tree as tar extracts it: a member appended again (`tar -r` of a file already in the
+    archive) is written over the earlier one, so the last member of each name is what stays."""
+    last = {_key(entry.relative): entry for entry in entries}
+    return list(last.values())
+
+
 @dataclass
 class ArchiveRead:
     entries: list[Entry] = field(default_factory=list)
@@ -141,6 +153,9 @@ def stage_archive(
     """One read of the archive: extract each member (data filter), resume over complete files, then read
     the stream to its end so the compressor's check runs."""
     read = ArchiveRead()
+    # Names met earlier in this read: an appended member of the same size and mtime is still newer
+    # than the one just written, so it is written too (never taken as complete).
+    met: set[str] = set()
     raw: Any = _ThrottledReader(src, throttle) if throttle.rate else src.open("rb")
     stream = _decompressed(src, raw)
     try:
@@ -156,12 +171,14 @@ def stage_archive(
                 kind = "file" if safe.isfile() else "dir" if safe.isdir() else "link"
                 entry = Entry(relative, kind, safe.size, _mtime_ns(safe), safe.mode)
                 read.entries.append(entry)
+                again = _key(relative) in met
+                met.add(_key(relative))
                 if not member.isfile():
                     tar.extract(member, partial, filter="data")
                     continue
                 target = _resume_target(partial, member)
                 digest = hashlib.sha256() if checksum else None
-                if target is not None and is_complete(target, entry):
+                if target is not None and not again and is_complete(target, entry):
                     read.skipped += 1
                     _drain(tar.extractfile(member), digest)
                 else:
@@ -174,6 +191,7 @@ def stage_archive(
             # decompressor reaches its trailer and checks it.
             while stream.read(1 << 20):
                 pass
+        read.entries = last_of_each(read.entries)
     except StageError:
         raise
     except (*CORRUPT, KeyError, OverflowError) as exc:  # KeyError: a hard link to a missing member
@@ -188,29 +206,38 @@ def stage_archive(
 
 def verify_against_archive(src: Path, staged: Path, checksum: bool) -> None:
     """An already-staged archive checked again, as asked: the archive is read once more and every
-    regular member must be in the staged tree at its size (with `checksum`, at its SHA-256)."""
-    bad: list[str] = []
+    regular member must be in the staged tree at its size (with `checksum`, at its SHA-256). A name
+    the archive holds more than once is checked against its last member, the one tar leaves."""
+    members: dict[str, tuple[str, int, str | None]] = {}  # key: (name, size, digest); a non-file: size -1
     with (
         src.open("rb") as raw,
         _decompressed(src, raw) as stream,
         tarfile.open(fileobj=stream, mode="r|") as tar,
     ):
         for member in tar:
+            relative = _member_path(member)
             if not member.isfile():
+                members[_key(relative)] = (member.name, -1, None)
                 continue
-            path = staged / _member_path(member)
-            try:
-                st = path.lstat()
-            except OSError:
-                bad.append(member.name)
-                continue
-            if not stat.S_ISREG(st.st_mode) or st.st_size != member.size:
-                bad.append(member.name)
-            elif checksum:
-                digest = hashlib.sha256()
-                _drain(tar.extractfile(member), digest)
-                if digest.hexdigest() != sha256_file(path):
-                    bad.append(member.name)
+            digest = None
+            if checksum:
+                hashed = hashlib.sha256()
+                _drain(tar.extractfile(member), hashed)
+                digest = hashed.hexdigest()
+            members[_key(relative)] = (member.name, member.size, digest)
+    bad: list[str] = []
+    for key, (name, size, digest) in members.items():
+        if size < 0:
+            continue
+        path = staged / key
+        try:
+            st = path.lstat()
+        except OSError:
+            bad.append(name)
+            continue
+        whole = stat.S_ISREG(st.st_mode) and st.st_size == size
+        if not whole or (digest is not None and digest != sha256_file(path)):
+            bad.append(name)
     if bad:
         raise StageError(
             f"verification failed for {len(bad)} file(s) of {staged}, e.g. {bad[:3]}: stage it again "

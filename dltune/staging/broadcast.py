@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from dltune import safeio
-from dltune.dirfd import derived_name, expect_own, lstat_at, open_own_file, opened_dir
+from dltune.dirfd import UnsafeEntry, derived_name, expect_own, lstat_at, open_own_file, opened_dir_checked
 from dltune.staging.copy import sha256_file
 from dltune.staging.destination import Destination, check_name
 from dltune.staging.model import ARCHIVE_SUFFIXES, Entry, StageError, Summary, is_archive, staged_name
@@ -185,7 +185,7 @@ def pack_tree(tree: Path, entries: Sequence[Entry], archive: Path) -> int:
     written as `.partial` (created exclusively, never through a link) and renamed when complete;
     returns its size."""
     partial = derived_name(archive.name, ".partial", prefix="")
-    with opened_dir(str(archive.parent)) as parent:
+    with opened_dir_checked(str(archive.parent)) as parent:
         stale = lstat_at(parent, partial)
         if stale is not None:
             expect_own(stale, str(archive.parent / partial), stat.S_IFREG)
@@ -251,7 +251,22 @@ def _holds(to: Path, name: str, identity: dict[str, Any]) -> bool:
 
 def _drop_pack(to: Path, name: str) -> None:
     for path in (pack_path(to, name), pack_record_path(to, name)):
-        path.unlink(missing_ok=True)
+        remove_own_file(path)
+
+
+def remove_own_file(path: Path) -> None:
+    """Remove a file dltune made (absent: nothing to do), relative to its directory: a link or
+    another user's entry under its name is refused, not removed."""
+    try:
+        with opened_dir_checked(str(path.parent)) as parent:
+            st = lstat_at(parent, path.name)
+            if st is not None:
+                expect_own(st, str(path), stat.S_IFREG)
+                os.unlink(path.name, dir_fd=parent)
+    except UnsafeEntry as exc:
+        raise StageError(str(exc)) from exc
+    except OSError as exc:
+        raise StageError(f"{path}: cannot remove it ({exc.strerror})") from exc
 
 
 # --- Slurm ---------------------------------------------------------------------------------------
@@ -259,7 +274,10 @@ def _drop_pack(to: Path, name: str) -> None:
 
 def allocation_nodes(env: dict[str, str], run: Run) -> list[str]:
     """The job's node names, in Slurm's order; [] when they cannot be listed."""
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    key = "SLURM_JOB_NODELIST" if env.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
+    nodelist = env.get(key) or ""
+    if nodelist.startswith("-") or " " in nodelist or not (nodelist.isascii() and nodelist.isprintable()):
+        raise StageError(f"{key}={nodelist[:80]!r} is not a Slurm node list (as Slurm sets it in a job)")
     if not nodelist or not shutil.which("scontrol"):
         return []
     done = run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=False)
@@ -267,10 +285,20 @@ def allocation_nodes(env: dict[str, str], run: Run) -> list[str]:
 
 
 def node_count(env: dict[str, str]) -> int:
+    """The job's node count as Slurm sets it (0 when it does not); a value that is not a positive
+    decimal number is refused naming the variable: taken for one node, it would stage on this node
+    only and call the job done."""
     for key in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
-        value = decimal(env.get(key, ""))
-        if value is not None:
-            return value
+        text = env.get(key, "")
+        if not text:
+            continue
+        value = decimal(text)
+        if value is None or value < 1:
+            raise StageError(
+                f"{key}={text[:40]!r} is not a node count (a positive decimal number, as Slurm sets it "
+                "in a job): run --broadcast in the job's batch script, with Slurm's environment"
+            )
+        return value
     return 0
 
 
@@ -544,9 +572,9 @@ def node_finish(
         else:
             # The payload is on local disk: --bwlimit is for the shared filesystem, not this read.
             summary = options.stage(payload, to, name=name, identity=identity, bwlimit=None)
+        remove_own_file(payload)
     except StageError as exc:
         return NodeOutcome(here, False, str(exc))
-    payload.unlink(missing_ok=True)
     return _outcome({}, summary)
 
 
@@ -555,6 +583,7 @@ def _finish_file(payload: Path, to: Path, name: str, identity: dict[str, Any], o
     source's size, then renamed into place (no second local copy), its record written first."""
     check_name(name, name)
     with Destination(to, name) as place, place.lock():
+        place.refuse_planted()
         staged = already_staged(place, identity, options.replace)
         if staged is not None:
             return staged

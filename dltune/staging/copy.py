@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dltune.dirfd import (
+    UnsafeEntry,
     derived_name,
+    expect_own,
+    lstat_at,
     opened_dir,
     walk_below,
 )
@@ -43,11 +46,6 @@ class _Changed(Exception):
     """The source file changed while it was copied."""
 
 
-def _temporary(dst: str) -> str:
-    head, tail = os.path.split(dst)
-    return os.path.join(head, derived_name(tail, ".dltune-tmp"))
-
-
 def filled_up(exc: OSError, dst: str) -> StageError:
     return StageError(
         f"the destination filled up while copying {dst} ({exc.strerror}); the partial copy is kept: "
@@ -61,27 +59,47 @@ def replacement(dst: str, fresh: bool = False) -> Iterator[int]:
     (files are replaced, never rewritten in place) and removed when it does not; a full disk becomes
     a clean StageError. `fresh`: `dst` is new in a partial tree this run created, so it is written
     under its own name (created exclusively), which saves a rename per file: until its mtime is set,
-    last, it does not pass for complete."""
-    temporary = dst if fresh else _temporary(dst)
+    last, it does not pass for complete.
+
+    The temporary is made, renamed and removed relative to the directory that holds `dst`, held open:
+    a resume needs no longer a path than the first run (a tree as deep as paths allow resumes), and
+    a temporary's name that is a link, a FIFO or another user's is refused, never written through,
+    opened or removed."""
+    head, tail = os.path.split(dst)
+    parent = os.open(head or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    temporary = tail if fresh else derived_name(tail, ".dltune-tmp")
+    made = False
     try:
         if not fresh:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
+            stale = lstat_at(parent, temporary)
+            if stale is not None:
+                try:
+                    expect_own(stale, os.path.join(head, temporary), stat.S_IFREG)
+                except UnsafeEntry as exc:
+                    raise StageError(f"{exc}; the partial copy is kept") from exc
+                os.unlink(temporary, dir_fd=parent)
         target = os.open(
-            temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+            temporary,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
+            0o600,
+            dir_fd=parent,
         )
+        made = True
         try:
             yield target
         finally:
             os.close(target)
         if not fresh:
-            os.replace(temporary, dst)
+            os.replace(temporary, tail, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        if made:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=parent)
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise filled_up(exc, dst) from exc
         raise
+    finally:
+        os.close(parent)
 
 
 def write_all(target: int, data: bytes) -> None:
@@ -175,16 +193,22 @@ def _copy_small(source: int, target: int, size: int, throttle: Throttle) -> int:
     return written
 
 
-def _copy_file(src: str, dst: str, entry: Entry, copier: Copier = PLAIN) -> None:
+def _copy_file(src: str, dst: str, entry: Entry, copier: Copier = PLAIN, named: bool = False) -> None:
     """Copy content into a replacement of `dst`, with mode and mtime set before the rename. The
     source's size and mtime are compared before and after: a file that changed meanwhile raises
-    _Changed and is never stamped complete. `entry` takes the size and mtime that were copied."""
+    _Changed and is never stamped complete. `entry` takes the size and mtime that were copied.
+    A link in a tree is never followed (it is copied as a link); `named`: `src` is the file the user
+    named on the command line, followed as cp follows it."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if named else os.O_NOFOLLOW)
     try:
-        source = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        source = os.open(src, flags)
     except OSError as exc:
         raise StageError(f"{src}: cannot read it ({exc.strerror}); the partial copy is kept") from exc
     try:
         before = os.fstat(source)
+        if not stat.S_ISREG(before.st_mode):  # swapped for a FIFO or a device since the scan
+            raise StageError(f"{src}: not a regular file any more; stage it when nothing changes it")
+        os.set_blocking(source, True)
         with replacement(dst, copier.fresh) as target:
             if before.st_size < SMALL_FILE:
                 written = _copy_small(source, target, before.st_size, copier.throttle)
@@ -206,10 +230,10 @@ def _copy_file(src: str, dst: str, entry: Entry, copier: Copier = PLAIN) -> None
         os.close(source)
 
 
-def copy_steady(src: str, dst: str, entry: Entry, copier: Copier = PLAIN) -> None:
+def copy_steady(src: str, dst: str, entry: Entry, copier: Copier = PLAIN, named: bool = False) -> None:
     for _ in range(COPY_TRIES):
         try:
-            _copy_file(src, dst, entry, copier)
+            _copy_file(src, dst, entry, copier, named)
             return
         except _Changed:
             continue

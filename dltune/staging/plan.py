@@ -49,12 +49,17 @@ def preflight(entries: list[Entry], done_bytes: int, done_files: int, space: Spa
 
 
 def check_bwlimit(bwlimit: float | None) -> None:
-    if bwlimit is not None and not (math.isfinite(bwlimit) and 0 <= bwlimit <= MAX_BWLIMIT):
-        raise StageError(f"--bwlimit {bwlimit}: give MB/s from 0 (no limit) to {MAX_BWLIMIT:.0f}")
+    if bwlimit is None or bwlimit == 0:
+        return
+    if not (math.isfinite(bwlimit) and MIN_BWLIMIT <= bwlimit <= MAX_BWLIMIT):
+        raise StageError(f"--bwlimit {bwlimit}: {BWLIMIT_RANGE}")
 
 
-# A limit above this (1 TB/s) is no limit: a larger or non-finite value is a typo.
-MAX_BWLIMIT = 1e6
+# A limit above this (1 TB/s) is no limit: a larger or non-finite value is a typo. Below the least
+# (1 kB/s) a read of one chunk would wait for hours to centuries (and past the clock's range, never
+# return): a rate that cannot be honoured.
+MAX_BWLIMIT, MIN_BWLIMIT = 1e6, 0.001
+BWLIMIT_RANGE = "give 0 (no limit) or MB/s from 0.001 to 1000000"
 
 # --plan's thresholds: what fits in memory, what is worth staging, when many small files should be packed.
 MEMORY_GB, STAGE_GB = 10, 100

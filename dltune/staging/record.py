@@ -10,7 +10,7 @@ from typing import Any
 from dltune.dirfd import (
     UnsafeEntry,
     derived_name,
-    opened_dir,
+    opened_dir_checked,
     read_own_file,
     remove_at,
     write_file_atomically,
@@ -59,7 +59,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
     """A record of this user's, None when absent or unreadable; a link or another user's file is
     refused (StageError), never read through."""
     try:
-        with opened_dir(str(path.parent)) as parent:
+        with opened_dir_checked(str(path.parent)) as parent:
             return parse_record(read_own_file(parent, path.name, str(path)))
     except UnsafeEntry as exc:
         raise StageError(str(exc)) from exc
@@ -70,7 +70,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
 def write_record(path: Path, record: dict[str, Any]) -> None:
     data = (json.dumps(record, sort_keys=True) + "\n").encode()
     try:
-        with opened_dir(str(path.parent)) as parent:
+        with opened_dir_checked(str(path.parent)) as parent:
             write_file_atomically(parent, path.name, data, str(path))
     except UnsafeEntry as exc:
         raise StageError(str(exc)) from exc
@@ -107,10 +107,12 @@ def same_source(record: dict[str, Any], now: dict[str, Any]) -> str | None:
 def remove_staged(path: Path) -> None:
     """Remove a staged dataset (a tree of any depth, a file), never following a link in it."""
     try:
-        with opened_dir(str(path.parent)) as parent:
+        with opened_dir_checked(str(path.parent)) as parent:
             remove_at(parent, path.name)
     except FileNotFoundError:
         return
+    except UnsafeEntry as exc:
+        raise StageError(f"{exc}; nothing was changed") from exc
     except OSError as exc:
         raise StageError(f"{path}: cannot remove it ({exc.strerror}); nothing else was changed") from exc
 

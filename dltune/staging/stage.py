@@ -135,6 +135,7 @@ def _stage(
         workers = workers or default_workers(src, local_source)
         start = time.monotonic()
         with place.lock():
+            place.refuse_planted()
             entries = scan_tree(src, 1 if local_source else workers) if kind == "dir" else None
             identity = identity or describe_source(src, kind, entries)
             staged = already_staged(place, identity, replace)
@@ -257,8 +258,8 @@ def _stage_into_partial(
         chunk_pool.shutdown(wait=True, cancel_futures=True)
     place.write(place.record, completed(identity))
     place.rename(place.partial, place.name)
-    place.remove(place.partial_record)
-    place.remove(place.aside)
+    place.remove_own(place.partial_record)
+    place.remove_own(place.aside)
     summary.path = Path(place.shown(place.name))
     return summary
 
@@ -371,7 +372,7 @@ def _stage_file(job: _Job) -> Summary:
     _checked_room(job, [entry], [], fresh=False)
     if job.options.on_total:
         job.options.on_total(entry.size)
-    copy_steady(str(job.src), str(job.partial), entry, job.copier)
+    copy_steady(str(job.src), str(job.partial), entry, job.copier, named=True)
     job.options.advance(entry.size)
     summary = Summary(job.dest, files=1, bytes=entry.size)
     if job.options.verify:

@@ -488,3 +488,4 @@ def test_the_cli_refuses_the_same_bwlimit_as_staging_itself() -> None:
     from dltune.staging import plan
 
     assert stage_command.MAX_BWLIMIT == plan.MAX_BWLIMIT
+    assert stage_command.MIN_BWLIMIT == plan.MIN_BWLIMIT

@@ -14,7 +14,7 @@ import pytest
 
 from dltune.staging import Entry, Space, StageError, check_bwlimit, preflight
 from dltune.staging import plan as plan_module
-from dltune.staging.plan import MAX_BWLIMIT, advice, plan_advice
+from dltune.staging.plan import MAX_BWLIMIT, MIN_BWLIMIT, advice, plan_advice
 from dltune.staging.record import (
     describe_source,
     parse_record,
@@ -248,18 +248,30 @@ def test_remove_staged_that_fails_says_where_and_why(tmp_path: Path) -> None:
 # --- --bwlimit ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bwlimit", [None, 0.0, 0.5, 1.0, 250.0, MAX_BWLIMIT])
-def test_bwlimit_from_0_to_a_terabyte_per_second_is_taken(bwlimit: float | None) -> None:
+@pytest.mark.parametrize("bwlimit", [None, 0.0, MIN_BWLIMIT, 0.5, 1.0, 250.0, MAX_BWLIMIT])
+def test_bwlimit_0_or_from_a_kilobyte_to_a_terabyte_per_second_is_taken(bwlimit: float | None) -> None:
     check_bwlimit(bwlimit)
 
 
 @pytest.mark.parametrize(
-    "bwlimit", [-0.5, math.nextafter(0.0, -1.0), math.nextafter(MAX_BWLIMIT, math.inf), math.inf, math.nan]
+    "bwlimit",
+    [
+        -0.5,
+        math.nextafter(0.0, -1.0),
+        math.nextafter(0.0, 1.0),
+        1e-300,
+        math.nextafter(MIN_BWLIMIT, 0.0),
+        math.nextafter(MAX_BWLIMIT, math.inf),
+        math.inf,
+        math.nan,
+    ],
 )
 def test_bwlimit_outside_the_range_is_refused(bwlimit: float) -> None:
+    """Above 0 and below a kilobyte per second, a read would wait for centuries (1e-300 MB/s once
+    overflowed the clock: an internal error after the partial copy was made)."""
     with pytest.raises(StageError) as refused:
         check_bwlimit(bwlimit)
-    assert str(refused.value) == f"--bwlimit {bwlimit}: give MB/s from 0 (no limit) to 1000000"
+    assert str(refused.value) == f"--bwlimit {bwlimit}: give 0 (no limit) or MB/s from 0.001 to 1000000"
 
 
 # --- the preflight's words ----------------------------------------------------------------------------
