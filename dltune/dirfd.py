@@ -285,10 +285,14 @@ MAX_LINK_HOPS = 40  # the kernel's own limit on links in one path
 
 def open_walked_dir(path: str) -> int:
     """The directory `path`, reached from / one name at a time without following a link blindly:
-    `..` and links mean what they mean to the kernel (a link is read and its target walked in turn),
-    and, when dltune runs as root, a link or a directory on the way, the last one included, that
-    another user owns is refused (UnsafeEntry naming it): its owner could swap it for a link to any
-    directory, and root would write there. A relative path starts at the working directory."""
+    `..` and links mean what they mean to the kernel (a link is read and its target walked in turn).
+    When dltune runs as root, a link another user owns is never followed and the directory reached
+    must be root's (UnsafeEntry naming either). A directory of another user's above it may be passed
+    through (Debian's /var/lib/prometheus is the prometheus user's, its node-exporter directory
+    root's): each name below is opened from the previous descriptor with O_NOFOLLOW, so what that
+    user can put there instead, a link or a directory of theirs, is refused when it is reached, and a
+    directory root made elsewhere cannot be moved in by them. A relative path starts at the working
+    directory."""
     start = path if path.startswith("/") else f"{os.getcwd()}/{path}"
     pending = [part for part in start.split("/") if part]
     fd = os.open("/", DIR_FLAGS)
@@ -319,7 +323,8 @@ def open_walked_dir(path: str) -> int:
                     os.close(fd)
                     fd, reached = os.open("/", DIR_FLAGS), ""
                 continue
-            _refuse_owner(st, shown, "not written below it")
+            if not pending:  # the directory written in: root's (or the caller's) alone
+                _refuse_owner(st, shown, "not written in it")
             try:
                 below = os.open(name, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:

@@ -1,8 +1,11 @@
 """`dltune audit --slurm-drain` and `dltune healthcheck`: drain this Slurm node when a check marked
 critical fails, and resume it once healthy, but only a drain dltune set itself (its reason starts with
 "dltune:"). `error` and `skip` never drain: a bug in dltune must not take a fleet out of service. A
-node that an admin (or Slurm itself) took out of service (drained, down, failed, in maintenance, with
-a reason that is not dltune's) is never touched: its reason is not rewritten, and it is not resumed.
+node that an admin (or Slurm itself) drained or took down with a reason that is not dltune's is never
+touched: its reason is not rewritten, and it is not resumed. Nor is a node whose state says it is not
+dltune's to judge, whatever its reason (``STATE_WORDS``, every word Slurm prints in
+State=): in maintenance, powered down or changing power, rebooting, failing, not responding or not
+registered, planned, with an invalid registration, and any state word dltune does not know.
 
 Two bounds keep one shared failure from emptying the cluster and one sick node from cycling forever:
 
@@ -21,6 +24,7 @@ The decision (`decide`) is pure; `apply` does the reading and writing around it.
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import re
@@ -53,13 +57,184 @@ def checked_node_name(name: str, source: str) -> str:
 
 
 FLAPPING_PREFIX = "dltune: flapping:"
-# Node state flags (scontrol's State=BASE+FLAG+...) that mean someone took the node out of service.
-OUT_OF_SERVICE = frozenset(
-    {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED"}
-)
-# States of a node slurmctld does not (yet) have from slurmd: a health check at slurmd's start runs
-# before it registers. Such a node is left alone: its state says nothing yet.
-NOT_REGISTERED = frozenset({"UNKNOWN", "FUTURE", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_UP"})
+
+# Slurm's node states as `scontrol show node` prints them in State=, and what each one lets dltune do:
+# one table (STATE_WORDS), read before dltune drains or resumes a node.
+#
+# How scontrol spells a state (SchedMD/slurm, ``slurm_sprint_node_table`` in src/api/node_info.c and the
+# ``node_state*`` functions of src/common/slurm_protocol_defs.c, at the tags slurm-20-02-7-1 to
+# slurm-26-05-3-1):
+#
+# - 20.02 and 20.11: ``node_state_string()`` of the state less CLOUD, COMPLETING, DRAIN, FAIL, POWER_SAVE
+#   and POWERING_DOWN, then "+CLOUD", "+COMPLETING", "+DRAIN" or "+FAIL", "+POWER" (powered down) or
+#   "+POWERING_DOWN". That first word carries the strongest remaining flag as a symbol ("IDLE*",
+#   "ALLOCATED$", "MIXED@", "DOWN#") or is a word of its own: "MAINT", "REBOOT", "RESERVED" (an IDLE node
+#   in a reservation), "PERFCTRS", "POWER_UP", "CANCEL_REBOOT", "RESUME", "UNKNOWN*", "?". So a 20.11
+#   node in a maintenance reservation reads "MAINT" or "ALLOCATED$", and a powered-down cloud node
+#   "IDLE+CLOUD+POWER".
+# - 21.08 to 26.05: ``node_state_string_complete()``: the base from ``node_states[]`` (DOWN, IDLE,
+#   ALLOCATED, ERROR, MIXED, FUTURE, UNKNOWN; "INVALID" for any other value), then "+FLAG" for each flag
+#   set, in the order of ``node_state_flags[]``; a flag bit that table lacks (UNDRAIN, REBOOT_CANCEL,
+#   POWER_DRAIN) prints as "?". No symbols any more: "DOWN+CLOUD+NOT_RESPONDING" where 20.11 wrote
+#   "DOWN*+CLOUD", "ALLOCATED+MAINTENANCE+RESERVED" where it wrote "ALLOCATED$".
+#   The flags by release: 21.08 CLOUD COMPLETING DRAIN DYNAMIC INVALID_REG FAIL MAINTENANCE POWER_DOWN
+#   POWER_UP PERFCTRS POWERED_DOWN REBOOT_REQUESTED REBOOT_ISSUED RESERVED RESUME NOT_RESPONDING PLANNED
+#   POWERING_UP POWERING_DOWN; 22.05 renames DYNAMIC to DYNAMIC_FUTURE and adds DYNAMIC_NORM; 24.05 drops
+#   PERFCTRS and adds BLOCKED; 25.05 adds EXTERNAL (the bit PERFCTRS had).
+#
+# A node is dltune's to drain (and to resume once dltune drained it) only when every word of its state
+# is in service, or drained/down with a reason that is dltune's. Any other word, including one this
+# table does not know (a newer Slurm), leaves the node as it is, and the decision names that word.
+
+
+class Touch(enum.Enum):
+    IN_SERVICE = "in service"  # dltune may drain it (and resume its own drain)
+    FLAG_IN_SERVICE = "flag in service"  # as IN_SERVICE beside a base state; no base of its own
+    TAKEN_OUT = "taken out"  # drained or down: touched only when the reason is dltune's
+    NEVER = "never"  # not dltune's to judge, whatever the reason
+
+
+@dataclass(frozen=True)
+class StateClass:
+    touch: Touch
+    why: str = ""  # for NEVER: the decision's words ("left as it is: <why> (<state>)")
+
+
+class Kind:
+    """The classes of STATE_WORDS; each NEVER class carries the words the decision says."""
+
+    IN_SERVICE = StateClass(Touch.IN_SERVICE)
+    FLAG_IN_SERVICE = StateClass(Touch.FLAG_IN_SERVICE)
+    TAKEN_OUT = StateClass(Touch.TAKEN_OUT)
+    NOT_REGISTERED = StateClass(Touch.NEVER, "not registered with slurmctld yet")
+    MAINTENANCE = StateClass(Touch.NEVER, "in maintenance")
+    POWERED_DOWN = StateClass(Touch.NEVER, "powered down by power saving")
+    POWERING_UP = StateClass(Touch.NEVER, "powering up")
+    POWERING_DOWN = StateClass(Touch.NEVER, "powering down")
+    POWER_DOWN_ASKED = StateClass(Touch.NEVER, "a power down is pending")
+    POWER_UP_ASKED = StateClass(Touch.NEVER, "a power up is pending")
+    REBOOT_REQUESTED = StateClass(Touch.NEVER, "a reboot is pending")
+    REBOOT_ISSUED = StateClass(Touch.NEVER, "rebooting")
+    REBOOT_CANCEL = StateClass(Touch.NEVER, "a reboot is being cancelled")
+    FAILING = StateClass(Touch.NEVER, "marked failing")
+    PLANNED = StateClass(Touch.NEVER, "planned for a waiting job")
+    INVALID_REG = StateClass(Touch.NEVER, "registered with fewer resources than configured")
+    BLOCKED = StateClass(Touch.NEVER, "blocked by an exclusive topology job")
+    EXTERNAL = StateClass(Touch.NEVER, "an external node (no slurmd)")
+    DYNAMIC_FUTURE = StateClass(Touch.NEVER, "a dynamic future node")
+    ERROR = StateClass(Touch.NEVER, "in an error state")
+    RESUME_PENDING = StateClass(Touch.NEVER, "a resume is pending")
+    UNDRAIN_PENDING = StateClass(Touch.NEVER, "an undrain is pending")
+    UNNAMED = StateClass(Touch.NEVER, "a state flag Slurm itself prints as ?")
+
+
+# Every word of State= (upper case, symbols spelled out), once. A word missing here is unknown: NEVER.
+STATE_WORDS: dict[str, StateClass] = {
+    # Base states (node_states[] from 21.08; node_state_string's first word before).
+    "IDLE": Kind.IN_SERVICE,  # no job; available: an ordinary node
+    "ALLOCATED": Kind.IN_SERVICE,  # running jobs: draining lets them finish (DRAINING)
+    "MIXED": Kind.IN_SERVICE,  # some CPUs allocated: as ALLOCATED
+    "DOWN": Kind.TAKEN_OUT,  # an admin's or slurmctld's DOWN: touched only when the reason is dltune's
+    "FUTURE": Kind.NOT_REGISTERED,  # configured for later, no slurmd yet: its state says nothing
+    "UNKNOWN": Kind.NOT_REGISTERED,  # slurmctld just started and has not heard from the node
+    "ERROR": Kind.ERROR,  # NODE_STATE_ERROR, "UNUSED" in slurm.h (nothing sets it now); not ours to judge
+    "INVALID": Kind.ERROR,  # node_state_base_string() for a base value it has no name for (21.08+)
+    # Flags (node_state_flags[] from 21.08), and the 20.x words and "+" suffixes that mean the same.
+    "COMPLETING": Kind.IN_SERVICE,  # jobs finishing (epilog): the node is in service; a 20.x base word too
+    "RESERVED": Kind.IN_SERVICE,  # in an advance reservation: a reservation alone is not maintenance
+    # (20.x prints an IDLE node in a reservation as the base word "RESERVED")
+    "PERFCTRS": Kind.IN_SERVICE,  # 20.x base word and 21.08-23.11 flag: a job holds the node's Cray network
+    # performance counters; the node is in use, like ALLOCATED (flag removed in 24.05)
+    "CLOUD": Kind.FLAG_IN_SERVICE,  # a cloud node; powered up (no POWER* word beside it) it is an ordinary
+    # node. As the only word (20.11 prints "CLOUD" for UNKNOWN+CLOUD) it has no base: never touched
+    "DYNAMIC_NORM": Kind.FLAG_IN_SERVICE,  # 22.05+: a node created at run time (slurmd -Z, scontrol create
+    # node; node_mgr.c) that runs jobs as any other
+    "DRAIN": Kind.TAKEN_OUT,  # drained by someone: only dltune's own drain ("dltune:" reason) is resumed
+    "DRAINING": Kind.TAKEN_OUT,  # sinfo's word for DRAIN on a busy node
+    "DRAINED": Kind.TAKEN_OUT,  # sinfo's word for DRAIN on an idle node
+    "MAINTENANCE": Kind.MAINTENANCE,  # 21.08+: in a reservation with the MAINT flag: the admin's window
+    "MAINT": Kind.MAINTENANCE,  # 20.x's word for the same (and sinfo's); "$" after a base word
+    "POWERED_DOWN": Kind.POWERED_DOWN,  # 21.08+: powered off by power saving; "~" in sinfo
+    "POWER": Kind.POWERED_DOWN,  # 20.x's "+POWER" suffix: NODE_STATE_POWER_SAVE, the node is powered off
+    "POWERING_UP": Kind.POWERING_UP,  # 21.08+: being powered up or configured; "#" after a 20.x base word
+    "POWERING_DOWN": Kind.POWERING_DOWN,  # being powered down (both eras); "%" in sinfo
+    "POWER_DOWN": Kind.POWER_DOWN_ASKED,  # 21.08+: a power down is requested ("!"); 20.x's node_state_string
+    # word for a lone POWER_SAVE (powered off): never touched either way
+    "POWER_UP": Kind.POWER_UP_ASKED,  # 21.08+: a power up is requested; 20.x: UNKNOWN+POWER_UP, powering up
+    "POWER_DRAIN": Kind.POWER_DOWN_ASKED,  # "power down asap": the REST/JSON name; scontrol prints "?"
+    "REBOOT_REQUESTED": Kind.REBOOT_REQUESTED,  # 21.08+: `scontrol reboot` waits for its moment ("@")
+    "REBOOT": Kind.REBOOT_REQUESTED,  # 20.x's word for the same (NODE_STATE_REBOOT)
+    "REBOOT_ISSUED": Kind.REBOOT_ISSUED,  # the reboot was handed to the agent ("^"): the node is going away
+    "REBOOT_CANCEL": Kind.REBOOT_CANCEL,  # NODE_STATE_REBOOT_CANCEL; scontrol 21.08+ prints it as "?"
+    "CANCEL_REBOOT": Kind.REBOOT_CANCEL,  # 20.x's word for a lone cancel-reboot state
+    "REBOOT_CANCELED": Kind.REBOOT_CANCEL,  # the REST/JSON name of the same bit
+    "FAIL": Kind.FAILING,  # an admin expects the node to fail: its own reason stays, not dltune's
+    "FAILING": Kind.FAILING,  # sinfo's word for FAIL on a busy node
+    "NOT_RESPONDING": Kind.NOT_REGISTERED,  # slurmd does not answer ("*"): what scontrol says about the node
+    # may be stale, so it is left alone (and said as before: not registered)
+    "PLANNED": Kind.PLANNED,  # 21.08+: the backfill scheduler holds it for a higher-priority job ("-")
+    "INVALID_REG": Kind.INVALID_REG,  # 21.08+: slurmd registered with fewer resources than configured;
+    # slurmctld keeps it out of service until a valid registration
+    "INVAL": Kind.INVALID_REG,  # sinfo's word for the same
+    "BLOCKED": Kind.BLOCKED,  # 24.05+: blocked by a job that holds its topology block exclusively
+    "EXTERNAL": Kind.EXTERNAL,  # 25.05+: a node Slurm tracks without a slurmd of its own
+    "DYNAMIC_FUTURE": Kind.DYNAMIC_FUTURE,  # 22.05+: a FUTURE node's slot taken by a dynamic slurmd (-F);
+    # conservatively not dltune's to judge
+    "DYNAMIC": Kind.DYNAMIC_FUTURE,  # 21.08's name for the same bit
+    "RESUME": Kind.RESUME_PENDING,  # NODE_RESUME: a resume on its way (20.x word, 21.08+ flag)
+    "UNDRAIN": Kind.UNDRAIN_PENDING,  # the REST/JSON name; scontrol prints "?"
+    "?": Kind.UNNAMED,  # a flag bit scontrol's own table has no name for (21.08+), or 20.x's unknown state
+}
+
+# node_state_string's symbols after a base word (20.02/20.11 scontrol; sinfo in every release), as the
+# flag each stands for.
+STATE_SYMBOLS: dict[str, str] = {
+    "*": "NOT_RESPONDING",
+    "$": "MAINTENANCE",
+    "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED",
+    "#": "POWERING_UP",
+    "%": "POWERING_DOWN",
+    "~": "POWERED_DOWN",
+    "!": "POWER_DOWN",
+    "-": "PLANNED",
+}
+
+
+def state_words(state: str) -> tuple[str, ...]:
+    """The words of a State= value, base first, each symbol spelled out as its flag:
+    "DOWN*+DRAIN" -> ("DOWN", "NOT_RESPONDING", "DRAIN")."""
+    words: list[str] = []
+    for part in state.upper().split("+"):
+        stem = part.rstrip("".join(STATE_SYMBOLS))
+        if stem:
+            words.append(stem)
+        words.extend(STATE_SYMBOLS[symbol] for symbol in part[len(stem) :])
+    return tuple(words)
+
+
+def classify_word(word: str) -> StateClass:
+    """``word``'s class; a word Slurm's vocabulary above lacks is never touched, and named."""
+    return STATE_WORDS.get(word) or StateClass(Touch.NEVER, f"state flag {word} unknown to dltune")
+
+
+def words_left_alone(state: str) -> tuple[str, ...]:
+    """Why a node in ``state`` is never touched, whatever its reason: each word's why, in Slurm's
+    order, once; () when dltune may judge it (in service, or drained/down: the reason decides)."""
+    words = state_words(state)
+    if not words:
+        return (Kind.NOT_REGISTERED.why,)
+    whys = [classify_word(word).why for word in words if classify_word(word).touch is Touch.NEVER]
+    if classify_word(words[0]).touch is Touch.FLAG_IN_SERVICE:
+        whys.insert(0, f"no base state before {words[0]}")
+    return tuple(dict.fromkeys(whys))
+
+
+def words_taken_out(state: str) -> bool:
+    """Drained or down: someone's (or dltune's own) decision to keep the node out of service."""
+    return any(classify_word(word).touch is Touch.TAKEN_OUT for word in state_words(state))
+
+
 SCONTROL_TIMEOUT_S = 5.0
 # Between this node's drain and its recheck: drains other nodes decided in the same second reach
 # slurmctld meanwhile.
@@ -87,19 +262,29 @@ class NodeState:
 
     @property
     def flags(self) -> set[str]:
-        return set(self.state.upper().replace("*", "+NOT_RESPONDING").split("+")) - {""}
+        """The words of State=, base included, symbols spelled out: "DOWN*" -> {"DOWN", "NOT_RESPONDING"}."""
+        return set(state_words(self.state))
 
     @property
     def drained(self) -> bool:
         return "DRAIN" in self.state.upper()
 
     @property
+    def left_alone_because(self) -> tuple[str, ...]:
+        """Why dltune never touches this node, whatever its reason (each state word's why, from
+        ``STATE_WORDS``); () when its state lets dltune judge it."""
+        return words_left_alone(self.state)
+
+    @property
     def out_of_service(self) -> bool:
-        return bool(OUT_OF_SERVICE & self.flags)
+        """Drained or down (by someone, or by dltune), or in a state dltune never touches."""
+        return words_taken_out(self.state) or bool(self.left_alone_because)
 
     @property
     def registered(self) -> bool:
-        return bool(self.state) and not (NOT_REGISTERED & self.flags)
+        """slurmctld has heard from the node's slurmd: it has a state, and none that says otherwise
+        (UNKNOWN, FUTURE, NOT_RESPONDING)."""
+        return bool(self.flags) and not any(classify_word(word) is Kind.NOT_REGISTERED for word in self.flags)
 
     @property
     def drained_by_dltune(self) -> bool:
@@ -114,6 +299,11 @@ class NodeState:
     def held_by_someone_else(self) -> bool:
         """Out of service for a reason dltune did not give: the admin's (or Slurm's) to lift."""
         return self.out_of_service and not self.reason.startswith(REASON_PREFIX)
+
+    @property
+    def touchable(self) -> bool:
+        """dltune may drain it, or resume it: its state is in service, or drained/down by dltune."""
+        return not self.left_alone_because and not self.held_by_someone_else
 
 
 @dataclass(frozen=True)
@@ -292,10 +482,13 @@ def decide(
     call with None first, and again with it when the first answer is "need_cluster"."""
     name = node.name or "this node"
     failing = critical_failures(results)
-    if not node.registered:
+    why = node.left_alone_because
+    if why:
+        # Not dltune's to judge (STATE_WORDS), whatever the reason: said with the state.
         return Decision(
             "none",
-            f"{name} left as it is: not registered with slurmctld yet ({node.state or 'no state'})"
+            f"{name} left as it is: {', '.join(why)} ({node.state or 'no state'}"
+            f"{', ' + node.reason if node.reason else ''})"
             + (f"; critical failures not recorded in Slurm: {' '.join(failing)}" if failing else ""),
             history=history,
         )

@@ -139,3 +139,15 @@ def test_a_history_directory_others_may_write_is_refused(tmp_path: Path) -> None
     with pytest.raises(Exception, match=r"only it may write"):
         save_history(str(state / "history.json"), History(resumes=(2.0,)))
     assert list(state.iterdir()) == []
+
+
+def test_roots_directory_below_another_users_is_written(tmp_path: Path) -> None:
+    """Debian's node-exporter layout: /var/lib/prometheus is the prometheus user's, the textfile
+    directory below it root's. The walk passes the user's directory; what the user could put in place
+    of root's directory (a link or a directory of theirs) is refused, as in the cases above."""
+    theirs = users_dir(tmp_path / "prometheus")
+    textfile = theirs / "node-exporter"
+    textfile.mkdir()
+    done = run_child("audit", "--root", AUDIT_ROOT, "--textfile-dir", str(textfile))
+    assert done.returncode in (0, 1), done.stderr
+    assert "dltune_check_status" in (textfile / "dltune.prom").read_text()
