@@ -120,6 +120,13 @@ def read_own_file(parent: int, name: str, shown: str, limit: int = 1 << 20) -> b
         os.close(fd)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd`` (os.write may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_file_atomically(parent: int, name: str, data: bytes, shown: str) -> None:
     """`name` replaced by `data` through an exclusive temporary beside it (a planted temporary is
     refused, never written through)."""
@@ -133,9 +140,7 @@ def write_file_atomically(parent: int, name: str, data: bytes, shown: str) -> No
         os.unlink(temporary, dir_fd=parent)
     fd = open_own_file(parent, temporary, f"{shown}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -415,9 +420,7 @@ def replace_file(path: str, data: bytes, mode: int = 0o644) -> None:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                      dir_fd=parent)  # fmt: skip
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             os.fchmod(fd, mode)
         except BaseException:
             os.close(fd)
