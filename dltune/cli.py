@@ -20,6 +20,7 @@ import typer
 
 import dltune
 from dltune.commands import ClickException, error_line
+from dltune.commands.ack import ack
 from dltune.commands.audit import audit
 from dltune.commands.bench import bench
 from dltune.commands.check import check
@@ -42,7 +43,7 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
 )
-for command in (audit, check, healthcheck, remedy, stage, bench, report):
+for command in (audit, check, healthcheck, remedy, ack, stage, bench, report):
     app.command()(command)
 app.command("stage-node", hidden=True)(stage_node)
 

@@ -41,6 +41,7 @@ RESULT_SCHEMA = of(
         "metrics": optional(dict, items=of(int, float)),
         "critical": optional(bool),
         "shared_dependency": optional(str, type(None)),
+        "acknowledged": optional(dict, type(None)),
     },
 )
 ENVELOPE_SCHEMA = of(

@@ -60,6 +60,14 @@ def _area(check_id: str) -> str:
     return check_id.partition(".")[0]
 
 
+class FailureClass(enum.Enum):
+    """How the Slurm health check treats a check's critical fail (the check declares it)."""
+
+    HARD = "hard"  # the node is broken now (a lost GPU, uncorrected ECC, a reset Xid): drain at once
+    TRANSIENT = "transient"  # often clears by itself (heat, clocks, NFS latency, a flapping link):
+    # drain only after several consecutive failing runs, resume only after a stable passing window
+
+
 @dataclass(frozen=True)
 class Result:
     """One judgement of one check on one subject (a mount path, a GPU, a VIP... or None)."""
@@ -75,6 +83,10 @@ class Result:
     # What many nodes share and whose failure this finding typically is (an NFS server, the subnet
     # manager, the time source), named so: the same finding on many nodes is one cause, not N nodes.
     shared_dependency: str | None = None
+    # An operator's acknowledgement of this finding (dltune.acks): {"by", "why", "since", "until",
+    # "was": the status it had}. An acknowledged fail is shown as warn, not critical: known, accepted,
+    # no drain and no alert until the acknowledgement ends.
+    acknowledged: Mapping[str, Any] | None = None
 
     @property
     def area(self) -> str:
@@ -93,6 +105,7 @@ class Result:
             "metrics": {visible(k): v for k, v in self.metrics.items()},
             "critical": self.critical,
             "shared_dependency": None if self.shared_dependency is None else visible(self.shared_dependency),
+            "acknowledged": None if self.acknowledged is None else visible_data(self.acknowledged),
         }
 
 

@@ -19,11 +19,15 @@ import platform
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from dltune import SCHEMA_VERSION, __version__
 from dltune.model import Result, Status
 
-METRICS_VERSION = 2
+if TYPE_CHECKING:
+    from dltune.health_state import HealthReport
+
+METRICS_VERSION = 3
 STATUSES: tuple[Status, ...] = (Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.SKIP)
 LAST_SUCCESS = "dltune_audit_last_success_timestamp_seconds"
 
@@ -84,8 +88,85 @@ def _series(name: str, labels: dict[str, str], value: float) -> str:
     return f"{name}{{{inside}}} {value!r}" if inside else f"{name} {value!r}"
 
 
-def _family(name: str, help_text: str, samples: list[str]) -> list[str]:
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples] if samples else []
+def _family(name: str, help_text: str, samples: list[str], kind: str = "gauge") -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples] if samples else []
+
+
+PROFILES = ("observe", "drain", "remediate")
+
+
+# long: one family after the other
+def render_health(report: HealthReport) -> list[str]:
+    """The Slurm health check's own series (`dltune healthcheck`): its profile, the debounce and
+    recovery under way, and counters of what it did on this node (kept in the node's history file;
+    a counter starts again at 0 only when that file is removed). They give the fleet's history
+    (failures per node and check, time between failures, time to repair) to Prometheus's rules."""
+    history = report.history
+    lines = _family(
+        "dltune_health_profile",
+        "The health check's profile on this node: 1 for it, 0 for the others.",
+        [
+            _series("dltune_health_profile", {"profile": p}, 1.0 if report.profile.value == p else 0.0)
+            for p in PROFILES
+        ],
+    )
+    lines += _family(
+        "dltune_health_drained",
+        "1 while dltune keeps this node drained (its own drain), 0 otherwise.",
+        [_series("dltune_health_drained", {}, 1.0 if report.drained_by_dltune else 0.0)],
+    )
+    failing = sorted(history.failing_runs.items())
+    lines += _family(
+        "dltune_health_failing_runs",
+        "Consecutive health-check runs a critical check has failed (debounce).",
+        [_series("dltune_health_failing_runs", {"check": c}, float(n)) for c, n in failing],
+    )
+    needed = [(c, report.pending.get(c, (n, n))[1]) for c, n in failing]
+    lines += _family(
+        "dltune_health_needed_runs",
+        "Consecutive failing runs the check needs before it drains the node.",
+        [_series("dltune_health_needed_runs", {"check": c}, float(n)) for c, n in needed],
+    )
+    if report.recovery is not None:
+        runs, runs_needed, seconds, window = report.recovery
+        for name, help_text, value in (
+            ("dltune_health_recovery_passing_runs", "Runs passed since a transient drain.", runs),
+            ("dltune_health_recovery_needed_runs", "Passing runs needed before the resume.", runs_needed),
+            ("dltune_health_recovery_passing_seconds", "Seconds passing since a transient drain.", seconds),
+            ("dltune_health_recovery_window_seconds", "Seconds passing needed before the resume.", window),
+        ):
+            lines += _family(name, help_text, [_series(name, {}, float(value))])
+    counters = (
+        ("dltune_health_drains_total", "Drains of this node by dltune.", float(history.drains)),
+        ("dltune_health_resumes_total", "Resumes of this node by dltune.", float(history.resumes_total)),
+        (
+            "dltune_health_drained_seconds_total",
+            "Seconds this node spent drained by dltune, counted when each drain ended.",
+            round(history.drained_seconds, 3),
+        ),
+    )
+    for name, help_text, value in counters:
+        lines += _family(name, help_text, [_series(name, {}, value)], kind="counter")
+    lines += _family(
+        "dltune_health_check_drains_total",
+        "Drains of this node by dltune that named the check.",
+        [
+            _series("dltune_health_check_drains_total", {"check": c}, float(n))
+            for c, n in sorted(history.check_drains.items())
+        ],
+        kind="counter",
+    )
+    for name, help_text, stamp in (
+        (
+            "dltune_health_last_drain_timestamp_seconds",
+            "When dltune last drained the node.",
+            history.last_drain,
+        ),
+        ("dltune_health_last_resume_timestamp_seconds", "When dltune last resumed it.", history.last_resume),
+    ):
+        if stamp is not None:
+            lines += _family(name, help_text + " Unix time.", [_series(name, {}, round(stamp, 3))])
+    return lines
 
 
 def last_success_of(previous: str) -> float | None:
@@ -98,9 +179,15 @@ def last_success_of(previous: str) -> float | None:
 
 
 # long: one family after the other, in the order the module docstring gives
-def render_prometheus(results: Sequence[Result], now: datetime, previous_success: float | None = None) -> str:
+def render_prometheus(
+    results: Sequence[Result],
+    now: datetime,
+    previous_success: float | None = None,
+    health: HealthReport | None = None,
+) -> str:
     """The textfile for one audit. ``previous_success``: the last success a former textfile recorded,
-    kept when this audit had an error (no verdict from some check)."""
+    kept when this audit had an error (no verdict from some check). ``health``: the Slurm health
+    check's run (`dltune healthcheck`), whose series follow the audit's."""
     build = {
         "version": __version__,
         "schema_version": str(SCHEMA_VERSION),
@@ -114,6 +201,8 @@ def render_prometheus(results: Sequence[Result], now: datetime, previous_success
     )
     status: list[str] = []
     critical: list[str] = []
+    acknowledged: list[str] = []
+    ack_until: list[str] = []
     measured: dict[str, list[str]] = {}
     for r in results:
         # Every text from the host as every output shows it (dltune.text.visible, in to_dict).
@@ -124,6 +213,13 @@ def render_prometheus(results: Sequence[Result], now: datetime, previous_success
             is_it = 1.0 if r.status is s else 0.0
             status.append(_series("dltune_check_status", {**identity, "status": s.value}, is_it))
         critical.append(_series("dltune_check_critical", identity, 1.0 if r.critical else 0.0))
+        if r.acknowledged is not None:
+            acknowledged.append(_series("dltune_check_acknowledged", identity, 1.0))
+            until = r.acknowledged.get("until_timestamp")
+            if isinstance(until, (int, float)):
+                ack_until.append(
+                    _series("dltune_check_acknowledged_until_timestamp_seconds", identity, until)
+                )
         for key, value in sorted(shown["metrics"].items()):
             name, factor = measurement_name(shown["area"], key)
             labels = {"check": shown["id"], **entity}
@@ -133,6 +229,16 @@ def render_prometheus(results: Sequence[Result], now: datetime, previous_success
     )
     lines += _family(
         "dltune_check_critical", "1 where the result is critical (the node should not run jobs).", critical
+    )
+    lines += _family(
+        "dltune_check_acknowledged",
+        "1 where an operator acknowledged the result's finding (dltune ack): no drain, no alert.",
+        acknowledged,
+    )
+    lines += _family(
+        "dltune_check_acknowledged_until_timestamp_seconds",
+        "When the acknowledgement ends (Unix time).",
+        ack_until,
     )
     for name in sorted(measured):
         lines += _family(
@@ -156,4 +262,6 @@ def render_prometheus(results: Sequence[Result], now: datetime, previous_success
             "When an audit last ran without an error (every check gave a verdict), Unix time.",
             [_series(LAST_SUCCESS, {}, round(last_success, 3))],
         )
+    if health is not None:
+        lines += render_health(health)
     return "\n".join(lines) + "\n"

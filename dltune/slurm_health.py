@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dltune.health_state import HealthReport, History, Profile
 from dltune.model import DltuneError, InputError, Result, Status
 from dltune.probes.runner import CommandRunner
 
@@ -334,45 +335,50 @@ class DrainLimit:
         )
 
 
+DEFAULT_PROFILE = Profile.DRAIN
+DEFAULT_TRANSIENT_RUNS = 3
+DEFAULT_RECOVERY_RUNS = 3
+DEFAULT_RECOVERY_WINDOW_S = 15 * 60.0
+
+
 @dataclass(frozen=True)
 class Policy:
     limit: DrainLimit = field(default_factory=DrainLimit)
     flap_count: int = DEFAULT_FLAP_COUNT
     flap_window_s: float = DEFAULT_FLAP_WINDOW_S
+    profile: Profile = DEFAULT_PROFILE
+    # Consecutive failing runs before a check's critical fail drains (absent: 1, at once).
+    runs_needed: Mapping[str, int] = field(default_factory=dict)
+    # The checks of the transient class: a drain for one of them is resumed only after the node passed
+    # recovery_runs consecutive runs spanning recovery_window_s.
+    transient: frozenset[str] = frozenset()
+    recovery_runs: int = DEFAULT_RECOVERY_RUNS
+    recovery_window_s: float = DEFAULT_RECOVERY_WINDOW_S
+
+    def needed(self, check_id: str) -> int:
+        return max(1, self.runs_needed.get(check_id, 1))
 
 
-@dataclass(frozen=True)
-class History:
-    """What dltune did to this node, kept across runs (the node's history file)."""
-
-    resumes: tuple[float, ...] = ()  # when dltune resumed the node (epoch seconds)
-    drained_reason: str = ""  # the reason dltune last drained it with, while it should still be drained
-
-    def to_json(self) -> dict[str, Any]:
-        return {"schema_version": 1, "resumes": list(self.resumes), "drained_reason": self.drained_reason}
-
-    @classmethod
-    def from_json(cls, data: Any) -> History:
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        resumes = data.get("resumes", [])
-        reason = data.get("drained_reason", "")
-        if not isinstance(resumes, list) or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) for t in resumes
-        ):
-            raise ValueError("resumes is not a list of times")
-        if not isinstance(reason, str):
-            raise ValueError("drained_reason is not text")
-        return cls(tuple(float(t) for t in resumes[-100:]), reason)
+def debounce(
+    classes: Mapping[str, Any], class_runs: Mapping[str, int], overrides: Mapping[str, int]
+) -> tuple[dict[str, int], frozenset[str]]:
+    """(runs needed per check, the transient checks) from each check's class (``classes``: check id ->
+    dltune.model.FailureClass), the runs each class needs and per-check overrides."""
+    runs = {check_id: class_runs.get(kind.value, 1) for check_id, kind in classes.items()}
+    runs.update(overrides)
+    transient = frozenset(c for c, kind in classes.items() if kind.value == "transient")
+    return {c: n for c, n in runs.items() if n > 1}, transient
 
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # "drain" | "resume" | "none"
+    action: str  # "drain" | "resume" | "none" | "need_cluster"
     said: str
     reason: str = ""
     results: tuple[Result, ...] = ()
     history: History = field(default_factory=History)
+    # The history had the drain not happened (the recheck gives a drain back).
+    undrained: History | None = None
 
 
 def critical_failures(results: Sequence[Result]) -> list[str]:
@@ -479,12 +485,37 @@ def decide(
     now: float,
 ) -> Decision:
     """What to do with ``node``. ``cluster`` (every node, from one scontrol call) is needed only to drain;
-    call with None first, and again with it when the first answer is "need_cluster"."""
+    call with None first, and again with it when the first answer is "need_cluster". In the observe
+    profile the decision is made and said ("would drain"), and nothing is done."""
+    decided = _decide(node, results, cluster, policy, history, now)
+    if policy.profile is not Profile.OBSERVE or decided.action == "none":
+        return decided
+    # Observe: the same judgement, said as what the drain profile would do; the history keeps only
+    # what was seen (the runs), not a drain or a resume that did not happen.
+    name = node.name or "this node"
+    would = {
+        "drain": f"drain {name}: {decided.reason}",
+        "need_cluster": f"drain {name} (within the drain limit)",
+        "resume": f"resume {name} ({node.reason})",
+    }[decided.action]
+    seen = decided.undrained or decided.history
+    return Decision("none", f"observe profile: would {would}; nothing done", history=seen)
+
+
+def _decide(
+    node: NodeState,
+    results: Sequence[Result],
+    cluster: Mapping[str, NodeState] | None,
+    policy: Policy,
+    history: History,
+    now: float,
+) -> Decision:
     name = node.name or "this node"
     failing = critical_failures(results)
     why = node.left_alone_because
     if why:
-        # Not dltune's to judge (STATE_WORDS), whatever the reason: said with the state.
+        # Not dltune's to judge (STATE_WORDS), whatever the reason: said with the state; its runs are
+        # not counted either (what a node in maintenance or powering up shows is not its health).
         return Decision(
             "none",
             f"{name} left as it is: {', '.join(why)} ({node.state or 'no state'}"
@@ -493,8 +524,10 @@ def decide(
             history=history,
         )
     if history.drained_reason and not node.drained:
-        # dltune drained it and someone else put it back: the operator has seen it, start afresh.
-        history = History()
+        # dltune drained it and someone else put it back: the operator has seen it, damping starts
+        # afresh (the drain's time still counts in the fleet's history).
+        history = history.ended_drain(now, by_dltune=False)
+    history = history.observed(failing, now)
     if node.held_by_someone_else:
         return Decision(
             "none",
@@ -509,14 +542,37 @@ def decide(
     future = [t for t in history.resumes if t > now + CLOCK_SLACK_S]
     recent = tuple(t for t in history.resumes if -CLOCK_SLACK_S <= now - t < policy.flap_window_s)
     history = replace(history, resumes=recent)
-    if future:
+    decided = _decide_healthy_or_failing(node, failing, cluster, policy, history, now)
+    if future and decided.said:
         ahead = max(future) - now
         note = (
             f" ({len(future)} resume stamp(s) up to {ahead:.0f} s ahead of the clock not counted: stepped?)"
         )
-        decided = _decide_healthy_or_failing(node, failing, cluster, policy, history, recent, now)
-        return replace(decided, said=decided.said + note) if decided.said else decided
-    return _decide_healthy_or_failing(node, failing, cluster, policy, history, recent, now)
+        return replace(decided, said=decided.said + note)
+    return decided
+
+
+def pending_drains(failing: Sequence[str], policy: Policy, history: History) -> dict[str, tuple[int, int]]:
+    """The critical failures that have not failed enough consecutive runs to drain yet: check ->
+    (runs failed, runs needed). ``history`` has seen this run."""
+    runs = {c: history.failing_runs.get(c, 0) for c in failing}
+    return {c: (runs[c], policy.needed(c)) for c in failing if runs[c] < policy.needed(c)}
+
+
+def _pending_said(pending: Mapping[str, tuple[int, int]]) -> str:
+    return ", ".join(f"{c} failed {runs} of {needed} runs" for c, (runs, needed) in sorted(pending.items()))
+
+
+def recovery_left(node: NodeState, policy: Policy, history: History, now: float) -> tuple[int, float] | None:
+    """For a node dltune drained for a transient check and healthy now: the passing runs and seconds it
+    still needs before a resume (None when it may be resumed: a drain for hard checks only, or the
+    window passed)."""
+    if not set(_checks_of(node.reason)) & policy.transient:
+        return None
+    since = history.passing_since if history.passing_since is not None else now
+    runs_left = max(0, policy.recovery_runs - history.passing_runs)
+    seconds_left = max(0.0, policy.recovery_window_s - (now - since))
+    return None if runs_left == 0 and seconds_left == 0 else (runs_left, seconds_left)
 
 
 def _decide_healthy_or_failing(
@@ -525,12 +581,20 @@ def _decide_healthy_or_failing(
     cluster: Mapping[str, NodeState] | None,
     policy: Policy,
     history: History,
-    recent: tuple[float, ...],
     now: float,
 ) -> Decision:
     name = node.name or "this node"
     if failing:
-        return _decide_failing(node, failing, cluster, policy, history, recent)
+        pending = pending_drains(failing, policy, history)
+        due = [c for c in failing if c not in pending]
+        if due:
+            decided = _decide_failing(node, due, cluster, policy, history, now)
+            return replace(decided, said=decided.said + (f" ({_pending_said(pending)})" if pending else ""))
+        if node.drained_by_dltune:
+            return Decision(
+                "none", f"{name} stays drained ({node.reason}): {_pending_said(pending)}", history=history
+            )
+        return Decision("none", f"{name} not drained yet: {_pending_said(pending)}", history=history)
     if node.drained_by_dltune:
         if node.flapping:
             return Decision(
@@ -538,10 +602,20 @@ def _decide_healthy_or_failing(
                 f"{name} stays drained ({node.reason}): healthy now, but an operator resumes a flapping node",
                 history=history,
             )
+        left = recovery_left(node, policy, history, now)
+        if left is not None:
+            return Decision(
+                "none",
+                f"{name} stays drained ({node.reason}): passing {history.passing_runs} of "
+                f"{policy.recovery_runs} runs, {left[1] / 60:.0f} of {policy.recovery_window_s / 60:g} min "
+                "left before a resume",
+                history=history,
+            )
         return Decision(
             "resume",
             f"resumed {name} (dltune had drained it: {node.reason})",
-            history=History(resumes=(*recent, now)),
+            history=history.ended_drain(now, by_dltune=True),
+            undrained=history,
         )
     return Decision(
         "none",
@@ -552,20 +626,21 @@ def _decide_healthy_or_failing(
 
 def _decide_failing(
     node: NodeState,
-    failing: list[str],
+    due: list[str],
     cluster: Mapping[str, NodeState] | None,
     policy: Policy,
     history: History,
-    recent: tuple[float, ...],
+    now: float,
 ) -> Decision:
-    """A critical check fails: drain (flapping when dltune resumed it often lately), within the limit."""
+    """Critical checks fail for long enough: drain (flapping when dltune resumed it often lately),
+    within the limit."""
     name = node.name or "this node"
     if node.flapping:
         return Decision(
             "none", f"{name} stays drained ({node.reason}): resume it by hand once fixed", history=history
         )
-    flapping = len(recent) >= policy.flap_count
-    reason = f"{FLAPPING_PREFIX if flapping else REASON_PREFIX} {' '.join(failing)}"
+    flapping = len(history.resumes) >= policy.flap_count
+    reason = f"{FLAPPING_PREFIX if flapping else REASON_PREFIX} {' '.join(due)}"
     if node.drained_by_dltune and node.reason == reason:
         return Decision(
             "none", f"{name} stays drained ({reason})", history=replace(history, drained_reason=reason)
@@ -573,16 +648,22 @@ def _decide_failing(
     if not node.drained_by_dltune:
         if cluster is None:
             return Decision("need_cluster", "", history=history)
-        held = held_by_limit(node, cluster, policy, failing)
+        held = held_by_limit(node, cluster, policy, due)
         if held is not None:
             return Decision("none", f"{name} not drained: {held.summary}", results=(held,), history=history)
     said = f"drained {name}: {reason}" + (
-        f" ({len(recent)} resumes by dltune within {policy.flap_window_s / 3600:g} h: not resumed "
-        "automatically again)"
+        f" ({len(history.resumes)} resumes by dltune within {policy.flap_window_s / 3600:g} h: not "
+        "resumed automatically again)"
         if flapping
         else ""
     )
-    return Decision("drain", said, reason, history=replace(history, drained_reason=reason))
+    # A new reason on a node dltune drained already is the same drain, not one more.
+    drained = (
+        replace(history, drained_reason=reason)
+        if node.drained_by_dltune
+        else history.drained(due, reason, now)
+    )
+    return Decision("drain", said, reason, history=drained, undrained=history)
 
 
 def _scontrol(runner: CommandRunner, argv: list[str]) -> str:
@@ -604,13 +685,26 @@ def apply(
     """Drain or resume as the results say, within the bounds; returns what was done (for the log) and
     the results the decision adds (`system.drain_limit`). Slurm not answering raises SlurmUnavailable,
     with nothing changed."""
+    said, added, _report = apply_and_report(node, results, runner, policy, history_file, now)
+    return said, added
+
+
+def apply_and_report(
+    node: str,
+    results: Sequence[Result],
+    runner: CommandRunner,
+    policy: Policy | None = None,
+    history_file: str | None = None,
+    now: float | None = None,
+) -> tuple[str, list[Result], HealthReport | None]:
+    """As ``apply``, with what the run knows for the metrics (None when Slurm does not know the node)."""
     policy = policy or Policy()
     now = time.time() if now is None else now
     checked_node_name(node, "the Slurm node")
     history, note = load_history(history_file)
     shown = runner.run(["scontrol", "-o", "show", "node", node], timeout=SCONTROL_TIMEOUT_S)
     if not shown.ok and shown.returncode != 127 and _UNKNOWN_NODE.search(shown.stderr + shown.stdout):
-        return f"{node} left as it is: Slurm does not know it ({shown.stderr.strip()[-200:]})", []
+        return f"{node} left as it is: Slurm does not know it ({shown.stderr.strip()[-200:]})", [], None
     if not shown.ok:
         raise SlurmUnavailable(
             f"scontrol show node {node} failed: {(shown.stderr.strip() or shown.stdout.strip())[-300:]}"
@@ -622,18 +716,37 @@ def apply(
         cluster[node] = replace(cluster.get(node, current), name=node)
         decision = decide(cluster[node], results, cluster, policy, history, now)
     said = decision.said
+    drained = current.drained_by_dltune
     if decision.action == "drain":
         _scontrol(
             runner, ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={decision.reason}"]
         )
         said, held = _recheck(node, results, runner, policy, decision)
         if held is not None:
-            note += _saved(history_file, replace(decision.history, drained_reason=""))
-            return said + note, [held]
+            kept = decision.undrained or replace(decision.history, drained_reason="")
+            note += _saved(history_file, kept)
+            return said + note, [held], health_report(current, results, policy, kept, False, now)
+        drained = True
     elif decision.action == "resume":
         _scontrol(runner, ["scontrol", "update", f"nodename={node}", "state=resume"])
+        drained = False
     note += _saved(history_file, decision.history)
-    return said + note, list(decision.results)
+    report = health_report(current, results, policy, decision.history, drained, now)
+    return said + note, list(decision.results), report
+
+
+def health_report(
+    node: NodeState, results: Sequence[Result], policy: Policy, history: History, drained: bool, now: float
+) -> HealthReport:
+    """The run's state for the metrics: pending drains, a recovery under way, the counters."""
+    pending = pending_drains(critical_failures(results), policy, history)
+    recovery = None
+    if drained and not critical_failures(results) and node.drained_by_dltune:
+        left = recovery_left(node, policy, history, now)
+        if left is not None:
+            since = history.passing_since if history.passing_since is not None else now
+            recovery = (history.passing_runs, policy.recovery_runs, now - since, policy.recovery_window_s)
+    return HealthReport(policy.profile, drained, pending, recovery, history)
 
 
 def _saved(path: str | None, history: History) -> str:
@@ -676,7 +789,7 @@ def record_resume(history_file: str, now: float | None = None) -> History:
     now = time.time() if now is None else now
     history, _note = load_history(history_file)
     kept = tuple(t for t in history.resumes if t <= now + CLOCK_SLACK_S)
-    recorded = History(resumes=(*kept, now))
+    recorded = replace(history, resumes=kept).ended_drain(now, by_dltune=True)
     save_history(history_file, recorded)
     return recorded
 

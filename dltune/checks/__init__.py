@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeAlias
 
-from dltune.model import AREAS, Result, Status
+from dltune.model import AREAS, FailureClass, Result, Status
 from dltune.snapshot import Snapshot
 
 CheckFn: TypeAlias = Callable[[Snapshot], Result | Sequence[Result]]
 
 _REGISTRY: dict[str, CheckFn] = {}
 _NEEDS: dict[str, tuple[str, ...]] = {}
+_FAILURE: dict[str, FailureClass] = {}
 # Inputs a check may declare: the host's tables, by path, and roles' manifest fragments.
 TABLES = {"mountinfo": "/proc/self/mountinfo", "fstab": "/etc/fstab"}
 MANIFEST_PREFIX = "manifest:"
@@ -41,10 +42,14 @@ def counter_rises(
     return {name: rise for name, rise in rises.items() if rise > 0}
 
 
-def check(check_id: str, needs: Sequence[str] = ()) -> Callable[[CheckFn], CheckFn]:
+def check(
+    check_id: str, needs: Sequence[str] = (), failure: FailureClass = FailureClass.HARD
+) -> Callable[[CheckFn], CheckFn]:
     """Register a check. ``needs`` names what it cannot judge without (``mountinfo``, ``fstab``,
     ``manifest:<role>``): when one is unreadable or corrupt, the check is not run and fails naming
-    the cause, so a broken input never reads as "nothing configured" or "nothing wrong"."""
+    the cause, so a broken input never reads as "nothing configured" or "nothing wrong".
+    ``failure`` says how the health check treats its critical fail: HARD drains at the first one,
+    TRANSIENT only after several consecutive runs (a condition that often clears by itself)."""
     area = check_id.split(".", 1)[0]
     if area not in AREAS or "." not in check_id:
         raise ValueError(f"check id {check_id!r} must be <area>.<name> with area one of {AREAS}")
@@ -57,6 +62,7 @@ def check(check_id: str, needs: Sequence[str] = ()) -> Callable[[CheckFn], Check
             raise ValueError(f"check {check_id} registered twice")
         _REGISTRY[check_id] = fn
         _NEEDS[check_id] = tuple(needs)
+        _FAILURE[check_id] = failure
         return fn
 
     return register
@@ -91,6 +97,11 @@ def _cannot_judge(check_id: str, found: dict[str, str]) -> Result:
 
 def registered() -> dict[str, CheckFn]:
     return dict(_REGISTRY)
+
+
+def failure_classes() -> dict[str, FailureClass]:
+    """Each registered check's failure class (the health check's debounce reads it)."""
+    return dict(_FAILURE)
 
 
 def run_checks(snapshot: Snapshot, areas: Iterable[str] | None = None) -> list[Result]:
@@ -129,6 +140,7 @@ __all__ = [
     "driver",
     "env",
     "fabric",
+    "failure_classes",
     "gpu",
     "job_scratch",
     "network",

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dltune.checks import check, counter_rises
-from dltune.model import Result, Status
+from dltune.model import FailureClass, Result, Status
 from dltune.snapshot import AerCounts, Gpu, IbPort, PciDevice, Snapshot
 
 # PCIe AER: correctable errors are retried by the link layer; many of them mean a marginal link
@@ -183,7 +183,8 @@ def _no_ports(snap: Snapshot, check_id: str) -> Result | None:
     return None
 
 
-@check("fabric.ib_ports", needs=("manifest:health",))
+# A port that drops and comes back (a flapping cable, a switch reboot): transient (debounced).
+@check("fabric.ib_ports", needs=("manifest:health",), failure=FailureClass.TRANSIENT)
 def ib_ports(snap: Snapshot) -> list[Result]:
     """Every expected port ACTIVE/LinkUp at its rate and width; an enabled port without a link."""
     empty = _no_ports(snap, "fabric.ib_ports")

@@ -10,7 +10,7 @@ from typing import Any
 
 from dltune.checks import check, counter_rises
 from dltune.checks.xid_catalog import CATALOG_EDITION, CATALOG_URL, XID_CATALOG
-from dltune.model import Result, Status
+from dltune.model import FailureClass, Result, Status
 from dltune.snapshot import (
     HW_POWER_BRAKE,
     HW_SLOWDOWN,
@@ -532,17 +532,20 @@ PER_GPU: dict[str, Callable[[Gpu], Verdict]] = {
 }
 
 
-def _per_gpu_check(check_id: str) -> Callable[[Snapshot], list[Result]]:
+def _per_gpu_check(
+    check_id: str, failure: FailureClass = FailureClass.HARD
+) -> Callable[[Snapshot], list[Result]]:
     def run(snap: Snapshot) -> list[Result]:
         return _per_gpu(check_id, snap, PER_GPU[check_id])
 
     run.__name__ = check_id.split(".")[1]
-    return check(check_id)(run)  # type: ignore[return-value]
+    return check(check_id, failure=failure)(run)  # type: ignore[return-value]
 
 
 pcie = _per_gpu_check("gpu.pcie")
-clocks = _per_gpu_check("gpu.clocks")
-thermal_power = _per_gpu_check("gpu.thermal_power")
+# Clocks held down and heat pass with the load or the room's air: transient (debounced).
+clocks = _per_gpu_check("gpu.clocks", FailureClass.TRANSIENT)
+thermal_power = _per_gpu_check("gpu.thermal_power", FailureClass.TRANSIENT)
 persistence = _per_gpu_check("gpu.persistence")
 power_limit = _per_gpu_check("gpu.power_limit")
 app_clocks = _per_gpu_check("gpu.app_clocks")

@@ -8,7 +8,7 @@ from typing import Any
 
 from dltune.checks import check
 from dltune.checks.network import expected_vips
-from dltune.model import Result, Status
+from dltune.model import FailureClass, Result, Status
 from dltune.snapshot import NFS_FSTYPES, Snapshot, option_value
 
 # Options the mount table must show as planned (the kernel reports these in its superblock options).
@@ -181,7 +181,8 @@ def nfs_server(snap: Snapshot, mount_point: str) -> str:
     return f"NFS server {server or 'of ' + mount_point}"
 
 
-@check("nfs.responsive", needs=("mountinfo", "manifest:nfs_multivip"))
+# A slow answer passes with the server's load or a failover: transient (debounced).
+@check("nfs.responsive", needs=("mountinfo", "manifest:nfs_multivip"), failure=FailureClass.TRANSIENT)
 def responsive(snap: Snapshot) -> list[Result]:
     if not snap.nfs_responsive:
         return [Result("nfs.responsive", Status.SKIP, "no NFS mounts")]

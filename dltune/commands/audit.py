@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import gc
 import json
 import logging
@@ -35,9 +36,13 @@ from dltune.slurm_health import (
     DEFAULT_FLAP_COUNT,
     DEFAULT_FLAP_WINDOW_S,
     DEFAULT_HISTORY_FILE,
+    DEFAULT_RECOVERY_RUNS,
+    DEFAULT_RECOVERY_WINDOW_S,
+    DEFAULT_TRANSIENT_RUNS,
 )
 
 if TYPE_CHECKING:
+    from dltune.health_state import HealthReport
     from dltune.slurm_health import Policy
     from dltune.snapshot import Snapshot
 
@@ -91,6 +96,31 @@ FLAP_WINDOW_OPTION = number_option(
 HISTORY_FILE_OPTION = typer.Option(
     "--history-file", help="With --slurm-drain: where this node's drain/resume history is kept (root's)."
 )
+PROFILE_OPTION = typer.Option(
+    "--profile",
+    help="observe: judge and report only; drain: drain and resume; remediate: drain, and "
+    "playbooks/remediate.yml may act on the node.",
+)
+DEBOUNCE_OPTION = typer.Option(
+    "--debounce",
+    help="Consecutive failing runs before a critical fail drains: CLASS=N for a class (hard, transient; "
+    f"defaults hard=1, transient={DEFAULT_TRANSIENT_RUNS}) or CHECK=N for one check (gpu.clocks=5). "
+    "Repeat it.",
+)
+RECOVERY_RUNS_OPTION = number_option(
+    "--recovery-runs",
+    kind=int,
+    minimum=1,
+    maximum=1000,
+    help="A node drained for a transient check is resumed after this many consecutive passing runs...",
+)
+RECOVERY_WINDOW_OPTION = number_option(
+    "--recovery-window",
+    kind=float,
+    minimum=0.0,
+    maximum=7 * 24 * 60,
+    help="...spanning at least these minutes.",
+)
 
 
 def audit_results(
@@ -128,7 +158,29 @@ def audit_results(
     )
     for path, error in snapshot.errors.items():
         log.info("probe could not read %s: %s", path, error)
-    return snapshot, run_checks(snapshot, areas), host_name(root)
+    results = acknowledged(run_checks(snapshot, areas), root)
+    return snapshot, results, host_name(root)
+
+
+def acknowledged(results: list[Result], root: Path) -> list[Result]:
+    """The results with the node's acknowledgements (dltune.acks) applied; a file that could not be used
+    is a `system.acknowledgements` warning (its findings then count in full: nothing is silenced by a
+    file dltune does not trust)."""
+    from dltune import acks
+    from dltune.model import Status
+
+    path = acks.DEFAULT_ACK_FILE if str(root) == "/" else str(root / acks.DEFAULT_ACK_FILE.lstrip("/"))
+    found, note = acks.load(path)
+    if note:
+        results.append(
+            Result(
+                "system.acknowledgements",
+                Status.WARN,
+                note,
+                remedy="write acknowledgements with `dltune ack` as root (it keeps the file root's, 0644)",
+            )
+        )
+    return acks.apply(results, found)
 
 
 # long: mostly its option declarations
@@ -224,7 +276,7 @@ def audit(
             root, areas, nfs_timeout, nvml_timeout, deadline, counters, dcgm_level=1 if dcgm else None
         )
         if policy is not None:
-            said, added, failed = apply_slurm_health(slurm_node, results, policy, history_file)
+            said, added, failed, _report = apply_slurm_health(slurm_node, results, policy, history_file)
             results += added
             error_line(f"dltune audit --slurm-drain: {said}")
         write_node_outputs(results, host, textfile_dir, facts_file, sorted(snapshot.expected))
@@ -291,8 +343,10 @@ def write_node_outputs(
     textfile_dir: Path | None,
     facts_file: Path | None,
     roles_applied: Sequence[str] = (),
+    health: HealthReport | None = None,
 ) -> None:
-    """The Prometheus textfile and the Ansible facts file, each where asked."""
+    """The Prometheus textfile (with the health check's series when ``health``) and the Ansible facts
+    file, each where asked."""
     from dltune.prometheus import render_prometheus
     from dltune.report import render_facts
 
@@ -300,7 +354,7 @@ def write_node_outputs(
     if textfile_dir is not None:
         textfile = textfile_dir / "dltune.prom"
         previous = previous_success(textfile)
-        write_output(textfile, render_prometheus(results, now, previous), "--textfile-dir")
+        write_output(textfile, render_prometheus(results, now, previous, health), "--textfile-dir")
     if facts_file is not None:
         write_output(facts_file, render_facts(results, host, now, roles_applied), "--facts-file")
 
@@ -317,28 +371,72 @@ def previous_success(textfile: Path) -> float | None:
     return last_success_of(text[:TEXTFILE_MAX_BYTES].decode("utf-8", "replace"))
 
 
-def drain_policy(drain_limit: str, flap_count: int, flap_window_hours: float) -> Policy:
+class HealthProfile(str, enum.Enum):
+    observe = "observe"
+    drain = "drain"
+    remediate = "remediate"
+
+
+def drain_policy(
+    drain_limit: str,
+    flap_count: int,
+    flap_window_hours: float,
+    profile: HealthProfile = HealthProfile.drain,
+    debounce_given: Sequence[str] = (),
+    recovery_runs: int = DEFAULT_RECOVERY_RUNS,
+    recovery_window_minutes: float = DEFAULT_RECOVERY_WINDOW_S / 60,
+) -> Policy:
     """The drain bounds from the options (exit 2 naming the option before any work)."""
-    from dltune.slurm_health import DrainLimit, Policy
+    from dltune.checks import failure_classes
+    from dltune.health_state import Profile
+    from dltune.slurm_health import DrainLimit, Policy, debounce
 
     try:
         limit = DrainLimit.parse(drain_limit)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--drain-limit") from exc
-    return Policy(limit=limit, flap_count=flap_count, flap_window_s=flap_window_hours * 3600)
+    classes = failure_classes()
+    class_runs = {"hard": 1, "transient": DEFAULT_TRANSIENT_RUNS}
+    overrides: dict[str, int] = {}
+    for given in debounce_given:
+        name, _, runs = given.partition("=")
+        name = name.strip()
+        if not runs.strip().isdigit() or not 1 <= int(runs) <= 1000:
+            raise typer.BadParameter(f"{given!a}: give NAME=N with N from 1 to 1000", param_hint="--debounce")
+        if name in class_runs:
+            class_runs[name] = int(runs)
+        elif name in classes:
+            overrides[name] = int(runs)
+        else:
+            raise typer.BadParameter(
+                f"{name!a} is neither a class (hard, transient) nor a check id "
+                "(dltune audit --all lists them)",
+                param_hint="--debounce",
+            )
+    runs_needed, transient = debounce(classes, class_runs, overrides)
+    return Policy(
+        limit=limit,
+        flap_count=flap_count,
+        flap_window_s=flap_window_hours * 3600,
+        profile=Profile(profile.value),
+        runs_needed=runs_needed,
+        transient=transient,
+        recovery_runs=recovery_runs,
+        recovery_window_s=recovery_window_minutes * 60,
+    )
 
 
 def apply_slurm_health(
     slurm_node: str | None, results: Sequence[Result], policy: Policy, history_file: Path
-) -> tuple[str, list[Result], bool]:
+) -> tuple[str, list[Result], bool, HealthReport | None]:
     """Drain or resume this node within the bounds: (what was done, the results it adds, whether Slurm
-    failed to answer, in which case nothing was changed)."""
+    failed to answer, in which case nothing was changed, what the run knows for the metrics)."""
     from dltune.probes.runner import SubprocessRunner
-    from dltune.slurm_health import SlurmUnavailable, apply
+    from dltune.slurm_health import SlurmUnavailable, apply_and_report
 
     node = slurm_node_name(slurm_node, environ=False)
     try:
-        said, added = apply(node, results, SubprocessRunner(), policy, str(history_file))
+        said, added, report = apply_and_report(node, results, SubprocessRunner(), policy, str(history_file))
     except (SlurmUnavailable, OSError, DltuneError) as exc:
-        return f"nothing changed in Slurm: {exc}", [], True
-    return said, added, False
+        return f"nothing changed in Slurm: {exc}", [], True, None
+    return said, added, False, report

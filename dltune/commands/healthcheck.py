@@ -18,14 +18,19 @@ import typer
 
 from dltune.commands import error_line, seconds_option
 from dltune.commands.audit import (
+    DEBOUNCE_OPTION,
     DRAIN_LIMIT_OPTION,
     FACTS_FILE_OPTION,
     FLAP_COUNT_OPTION,
     FLAP_WINDOW_OPTION,
     HISTORY_FILE_OPTION,
     NFS_TIMEOUT_OPTION,
+    PROFILE_OPTION,
+    RECOVERY_RUNS_OPTION,
+    RECOVERY_WINDOW_OPTION,
     SLURM_NODE_OPTION,
     TEXTFILE_DIR_OPTION,
+    HealthProfile,
     apply_slurm_health,
     audit_results,
     drain_policy,
@@ -39,6 +44,8 @@ from dltune.slurm_health import (
     DEFAULT_FLAP_COUNT,
     DEFAULT_FLAP_WINDOW_S,
     DEFAULT_HISTORY_FILE,
+    DEFAULT_RECOVERY_RUNS,
+    DEFAULT_RECOVERY_WINDOW_S,
     critical_failures,
 )
 
@@ -73,25 +80,40 @@ def healthcheck(
     flap_count: Annotated[int, FLAP_COUNT_OPTION] = DEFAULT_FLAP_COUNT,
     flap_window: Annotated[float, FLAP_WINDOW_OPTION] = DEFAULT_FLAP_WINDOW_S / 3600,
     history_file: Annotated[Path, HISTORY_FILE_OPTION] = Path(DEFAULT_HISTORY_FILE),
+    profile: Annotated[HealthProfile, PROFILE_OPTION] = HealthProfile.drain,
+    debounce: Annotated[list[str] | None, DEBOUNCE_OPTION] = None,
+    recovery_runs: Annotated[int, RECOVERY_RUNS_OPTION] = DEFAULT_RECOVERY_RUNS,
+    recovery_window: Annotated[float, RECOVERY_WINDOW_OPTION] = DEFAULT_RECOVERY_WINDOW_S / 60,
+    check_options: Annotated[
+        bool,
+        typer.Option(
+            "--check-options",
+            help="Only check the options (the role does, before it installs the wrapper), and exit 0.",
+        ),
+    ] = False,
 ) -> None:
     """Slurm's HealthCheckProgram: audit, write the textfile and facts, drain/resume within the bounds.
     Exit 0 whatever it found (findings reach Slurm as drain reasons); 2 only for invalid options."""
-    policy = drain_policy(drain_limit, flap_count, flap_window)
+    policy = drain_policy(
+        drain_limit, flap_count, flap_window, profile, debounce or (), recovery_runs, recovery_window
+    )
     node = slurm_node_name(slurm_node)
+    if check_options:
+        raise typer.Exit(EXIT_OK)
     gc.disable()  # as in audit: a short-lived process, its objects freed at exit
     try:
         snapshot, results, host = audit_results(
             Path("/"), None, nfs_timeout, min(nvml_timeout, timeout), Deadline(timeout)
         )
-        said = "report only (--no-drain)"
+        said, report = "report only (--no-drain)", None
         if drain:
-            said, added, _failed = apply_slurm_health(node, results, policy, history_file)
+            said, added, _failed, report = apply_slurm_health(node, results, policy, history_file)
             results += added
-        write_node_outputs(results, host, textfile_dir, facts_file, sorted(snapshot.expected))
+        write_node_outputs(results, host, textfile_dir, facts_file, sorted(snapshot.expected), report)
         fails = sum(1 for r in results if r.status is Status.FAIL)
         critical = critical_failures(results)
         error_line(
-            f"dltune healthcheck {node}: {fails} fail"
+            f"dltune healthcheck {node} [{profile.value}]: {fails} fail"
             + (f" (critical: {' '.join(critical)})" if critical else "")
             + f"; {said}"
         )

@@ -39,6 +39,7 @@ def test_json_envelope_of_a_fixture_tree() -> None:
         "metrics",
         "critical",
         "shared_dependency",
+        "acknowledged",
     }
 
 

@@ -577,6 +577,7 @@ def test_a_bench_that_cannot_run_is_an_escaped_line(
 ALLOWED_WRITES = {
     ("dltune/cli.py", 'typer.echo(f"dltune {dltune.__version__}")'),
     ("dltune/cli.py", "typer.echo(dltune.__version__)"),
+    ("dltune/commands/ack.py", "sys.stdout.write(json.dumps("),  # JSON lines: ASCII, escaped by json
     ("dltune/commands/__init__.py", 'sys.stderr.write(visible(text) + "\\n")'),
     ("dltune/commands/__init__.py", 'sys.stdout.write(visible(text) + "\\n")'),
     ("dltune/commands/audit.py", "sys.stdout.write(expectations_yaml(root, host_name(root)))"),

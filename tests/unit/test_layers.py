@@ -51,7 +51,7 @@ LAYERS = (
     ("__main__.py",),
     ("cli.py",),
     ("commands/",),
-    ("cluster.py", "slurm_health.py", "bench/"),
+    ("cluster.py", "slurm_health.py", "acks.py", "bench/"),
     ("report.py", "prometheus.py", "remediation.py", "staging/"),
     (
         "checks/",
@@ -59,7 +59,7 @@ LAYERS = (
         "compat.py",
         "dirfd.py",
     ),  # checks and probes side by side: neither imports the other
-    ("snapshot.py", "schema.py", "safeio.py"),
+    ("snapshot.py", "schema.py", "safeio.py", "health_state.py"),
     ("model.py",),
     ("text.py", "__init__.py"),
 )

@@ -55,7 +55,7 @@ def test_prometheus_output_of_a_fixture_tree_parses() -> None:
     counts = {labels["status"]: value for labels, value in parsed["dltune_checks"]}
     assert counts["fail"] >= 1
     ((build, one),) = parsed["dltune_build_info"]
-    assert one == 1 and build["version"] == __version__ and build["metrics_version"] == "2"
+    assert one == 1 and build["version"] == __version__ and build["metrics_version"] == "3"
 
 
 GPU_UUID = "GPU-416fcfbe-0a03-edba-6935-b6410d25ea7e"  # the lab's H200, tests/fixtures/real/bench/

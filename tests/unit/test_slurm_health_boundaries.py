@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -98,6 +99,13 @@ DRAIN_GPU7 = "scontrol update nodename=gpu7 state=drain reason=dltune: gpu.ecc"
 RESUME_GPU7 = "scontrol update nodename=gpu7 state=resume"
 
 
+def plain(decision: Decision) -> Decision:
+    """The decision as these tests pin it: its history's resumes and drain reason (the runs and the
+    counters are pinned in test_health_debounce.py)."""
+    history = History(decision.history.resumes, decision.history.drained_reason)
+    return replace(decision, history=history, undrained=None)
+
+
 # decide: a node slurmctld has not registered, or someone else's
 
 
@@ -120,7 +128,7 @@ def test_a_node_slurmctld_has_not_registered_is_left_with_its_history_and_said_w
 ) -> None:
     history = History((NOW - 60, NOW - 2 * DAY), "dltune: gpu.ecc")
     decision = decide(state(status, name=name), results, None, Policy(), history, NOW)
-    assert decision == Decision("none", said, history=history)
+    assert plain(decision) == Decision("none", said, history=history)
 
 
 @pytest.mark.parametrize(
@@ -148,7 +156,7 @@ def test_someone_elses_node_is_left_with_its_history_and_said_why(
 ) -> None:
     history = History((NOW - 60,))
     decision = decide(state(status, reason, name), results, None, Policy(), history, NOW)
-    assert decision == Decision("none", said, history=history)
+    assert plain(decision) == Decision("none", said, history=history)
 
 
 # decide: a healthy node
@@ -166,14 +174,14 @@ def test_a_healthy_node_in_service_is_left_and_forgets_resumes_outside_the_windo
 ) -> None:
     history = History((NOW - 2 * DAY, NOW - 60))
     decision = decide(state(status, reason), HEALTHY, None, Policy(), history, NOW)
-    assert decision == Decision("none", said, history=History((NOW - 60,)))
+    assert plain(decision) == Decision("none", said, history=History((NOW - 60,)))
 
 
 def test_a_healthy_flapping_node_stays_drained_for_the_operator() -> None:
     history = History((NOW - 3 * 3600, NOW - 2 * 3600, NOW - 3600), "dltune: flapping: gpu.ecc")
     node = state("IDLE+DRAIN", "dltune: flapping: gpu.ecc")
     decision = decide(node, HEALTHY, None, Policy(), history, NOW)
-    assert decision == Decision(
+    assert plain(decision) == Decision(
         "none",
         "gpu7 stays drained (dltune: flapping: gpu.ecc): healthy now, but an operator resumes a flapping "
         "node",
@@ -213,7 +221,7 @@ def test_a_failing_node_is_drained_as_flapping_only_for_resumes_strictly_within_
     history = History(tuple(NOW - age for age in ages))
     decision = decide(node, ECC_FAIL, {"gpu7": node}, policy, history, NOW)
     kept = tuple(NOW - age for age in ages if age < policy.flap_window_s)
-    assert decision == Decision("drain", said, reason, history=History(kept, reason))
+    assert plain(decision) == Decision("drain", said, reason, history=History(kept, reason))
 
 
 @pytest.mark.parametrize("name", ["gpu7", ""])
@@ -222,14 +230,14 @@ def test_a_failing_flapping_node_stays_drained_until_resumed_by_hand(name: str) 
     node = state("IDLE+DRAIN", "dltune: flapping: gpu.ecc", name)
     decision = decide(node, ECC_FAIL, None, Policy(), history, NOW)
     said = f"{name or 'this node'} stays drained (dltune: flapping: gpu.ecc): resume it by hand once fixed"
-    assert decision == Decision("none", said, history=history)
+    assert plain(decision) == Decision("none", said, history=history)
 
 
 def test_a_node_dltune_drained_for_the_same_checks_stays_drained_and_remembers_the_reason() -> None:
     """The reason names every failing check, blank-separated: the same checks keep the drain as it is."""
     reason = "dltune: gpu.ecc nfs.responsive"
     decision = decide(state("IDLE+DRAIN", reason), TWO_FAIL, None, Policy(), History((NOW - 60,)), NOW)
-    assert decision == Decision(
+    assert plain(decision) == Decision(
         "none", f"gpu7 stays drained ({reason})", history=History((NOW - 60,), reason)
     )
 
@@ -239,7 +247,7 @@ def test_a_node_dltune_drained_for_other_checks_is_drained_again_without_asking_
     node = state("IDLE+DRAIN", "dltune: gpu.ecc")
     history = History((NOW - 60,), "dltune: gpu.ecc")
     decision = decide(node, NFS_FAIL, None, Policy(), history, NOW)
-    assert decision == Decision(
+    assert plain(decision) == Decision(
         "drain",
         "drained gpu7: dltune: nfs.responsive",
         "dltune: nfs.responsive",
@@ -250,7 +258,7 @@ def test_a_node_dltune_drained_for_other_checks_is_drained_again_without_asking_
 def test_a_failing_node_in_service_first_asks_for_the_cluster() -> None:
     history = History((NOW - 2 * DAY, NOW - 60))
     decision = decide(state(), ECC_FAIL, None, Policy(), history, NOW)
-    assert decision == Decision("need_cluster", "", history=History((NOW - 60,)))
+    assert plain(decision) == Decision("need_cluster", "", history=History((NOW - 60,)))
 
 
 def test_a_failing_node_held_by_the_limit_is_not_drained_and_carries_the_warning() -> None:
@@ -261,7 +269,7 @@ def test_a_failing_node_held_by_the_limit_is_not_drained_and_carries_the_warning
     decision = decide(cluster["gpu01"], NFS_FAIL, cluster, Policy(), history, NOW)
     held = held_by_limit(cluster["gpu01"], cluster, Policy(), ["nfs.responsive"])
     assert held is not None and held.summary.startswith("3 nodes already drained by dltune")
-    assert decision == Decision(
+    assert plain(decision) == Decision(
         "none", f"gpu01 not drained: {held.summary}", results=(held,), history=history
     )
 
@@ -437,7 +445,16 @@ def test_a_drain_within_the_limit_says_so_in_few_words_and_saves_its_reason(tmp_
     said, added = health(slurm, "gpu01", ECC_FAIL, tmp_path, now=NOW)
     assert (said, added) == ("drained gpu01: dltune: gpu.ecc", [])
     saved = json.loads((tmp_path / "state" / "history.json").read_text())
-    assert saved == {"schema_version": 1, "resumes": [], "drained_reason": "dltune: gpu.ecc"}
+    assert {
+        k: saved[k] for k in ("schema_version", "resumes", "drained_reason", "drains", "check_drains")
+    } == {
+        "schema_version": 2,
+        "resumes": [],
+        "drained_reason": "dltune: gpu.ecc",
+        "drains": 1,
+        "check_drains": {"gpu.ecc": 1},
+    }
+    assert (saved["last_drain"], saved["failing_runs"]) == (NOW, {"gpu.ecc": 1})
 
 
 def test_without_a_time_given_the_resume_is_stamped_with_the_clock(
@@ -448,7 +465,13 @@ def test_without_a_time_given_the_resume_is_stamped_with_the_clock(
     history = tmp_path / "history.json"
     said, _ = apply("gpu01", HEALTHY, slurm, None, str(history))  # type: ignore[arg-type]
     assert said == "resumed gpu01 (dltune had drained it: dltune: gpu.ecc)"
-    assert json.loads(history.read_text()) == {"schema_version": 1, "resumes": [1.5e9], "drained_reason": ""}
+    saved = json.loads(history.read_text())
+    assert (saved["resumes"], saved["drained_reason"], saved["resumes_total"], saved["last_resume"]) == (
+        [1.5e9],
+        "",
+        1,
+        1.5e9,
+    )
 
 
 def test_a_drain_given_back_at_the_recheck_saves_no_drain_and_keeps_the_history_note(tmp_path: Path) -> None:
@@ -466,7 +489,13 @@ def test_a_drain_given_back_at_the_recheck_saves_no_drain_and_keeps_the_history_
         f"gpu03 drained and given back at once: {added[0].summary} "
         f"(history {history} not used: resumes is not a list of times)"
     )
-    assert json.loads(history.read_text()) == {"schema_version": 1, "resumes": [], "drained_reason": ""}
+    saved = json.loads(history.read_text())
+    assert (saved["resumes"], saved["drained_reason"], saved["drains"], saved["failing_runs"]) == (
+        [],
+        "",
+        0,
+        {"nfs.responsive": 1},
+    )
 
 
 def test_a_node_the_admin_drains_between_dltunes_two_questions_is_left_to_the_admin() -> None:
@@ -591,11 +620,32 @@ def test_a_failed_drain_raises_naming_the_command_and_quoting_scontrol(
 
 
 def test_a_history_is_saved_as_versioned_json_and_read_back_the_same(tmp_path: Path) -> None:
-    history = History((1.0, 2.5), "dltune: gpu.ecc")
+    history = History(
+        (1.0, 2.5),
+        "dltune: gpu.ecc",
+        {"gpu.clocks": 2},
+        0,
+        None,
+        4,
+        {"gpu.ecc": 3, "gpu.clocks": 1},
+        2,
+        7200.5,
+        3.0,
+        2.5,
+    )
     assert history.to_json() == {
-        "schema_version": 1,
+        "schema_version": 2,
         "resumes": [1.0, 2.5],
         "drained_reason": "dltune: gpu.ecc",
+        "failing_runs": {"gpu.clocks": 2},
+        "passing_runs": 0,
+        "passing_since": None,
+        "drains": 4,
+        "check_drains": {"gpu.ecc": 3, "gpu.clocks": 1},
+        "resumes_total": 2,
+        "drained_seconds": 7200.5,
+        "last_drain": 3.0,
+        "last_resume": 2.5,
     }
     path = str(tmp_path / "state" / "history.json")
     save_history(path, history)
@@ -628,6 +678,12 @@ def test_a_history_reads_missing_fields_as_empty_and_keeps_the_last_hundred_resu
         ({"resumes": None}, "resumes is not a list of times"),
         ({"resumes": [1], "drained_reason": 5}, "drained_reason is not text"),
         ({"drained_reason": None}, "drained_reason is not text"),
+        ({"drains": -1}, "one of drains is not a count"),
+        ({"passing_runs": "3"}, "one of passing_runs is not a count"),
+        ({"drained_seconds": True}, "one of drained_seconds is not a count"),
+        ({"last_drain": "x"}, "one of passing_since, last_drain, last_resume is not a time"),
+        ({"failing_runs": {"gpu.ecc": -1}}, "failing_runs is not a map of check to count"),
+        ({"check_drains": []}, "check_drains is not a map of check to count"),
     ],
 )
 def test_a_history_of_another_shape_is_refused_saying_what_is_wrong(data: Any, said: str) -> None:
