@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -719,6 +720,156 @@ def test_slurm_runs_dltune_as_its_health_check_within_the_drain_limit_and_flap_d
     assert re.search(
         r"HealthCheckProgram\s*=\s*\(null\)", docker_exec(CONTROLLER, "scontrol", "show", "config")
     )
+
+
+HEALTH_HISTORY, ACK_FILE = "/var/lib/dltune/slurm-health.json", "/etc/dltune/acks.json"
+# Hardware power brake held for 90% of the probe's window on GPU 1: gpu.clocks fails, critical, in the
+# transient class (a fake NVML's clock-event counters; heat or a brake cannot be caused here).
+CLOCKS_BRAKE = ("gpu1.throttle=0x88", "gpu1.share_hw_brake=0.9")
+# One node group per profile, as a site's inventory would hold them (a second inventory source).
+PROFILE_GROUPS = f"""all:
+  children:
+    health_observe:
+      hosts:
+        {NODES[0]}:
+      vars:
+        slurm_healthcheck_profile: observe
+    health_drain:
+      hosts:
+        {NODES[1]}:
+        {NODES[2]}:
+      vars:
+        slurm_healthcheck_profile: drain
+"""
+# Transient checks drain at their 4th consecutive failing run; a transient drain is resumed after 3
+# passing runs spanning 30 s (every 5 s a run: the window, not the runs, decides).
+LOOP_VARS = {
+    **HEALTHCHECK_VARS,
+    "slurm_healthcheck_debounce": {"hard": 1, "transient": 4},
+    "slurm_healthcheck_recovery_runs": 3,
+    "slurm_healthcheck_recovery_minutes": 0.5,
+}
+
+
+def clocks_fault(node: str, faulty: bool) -> None:
+    if faulty:
+        appended = "; ".join(f"echo {line} >> {SCENARIO}" for line in CLOCKS_BRAKE)
+        docker_exec(node, "sh", "-c", f"grep -q share_hw_brake {SCENARIO} || {{ {appended}; }}")
+    else:
+        docker_exec(node, "sed", "-i", "/gpu1.throttle=0x88/d;/share_hw_brake/d", SCENARIO)
+
+
+def series(textfile: str, name: str, labels: str = "") -> float | None:
+    """The value of one series of a textfile (``labels`` as written, e.g. 'check="gpu.clocks"')."""
+    found = re.search(
+        rf"^{name}{{{re.escape(labels)}}} (\S+)$" if labels else rf"^{name} (\S+)$", textfile, re.M
+    )
+    return float(found.group(1)) if found else None
+
+
+def wait_for_series(node: str, name: str, labels: str, values: set[float], timeout: float = 90) -> str:
+    """The node's textfile once the series has one of ``values`` (read after each run)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        textfile = after_runs(node, 1)
+        if series(textfile, name, labels) in values:
+            return textfile
+        assert time.monotonic() < deadline, (
+            f"{node}: {name}{{{labels}}} never in {values}: {textfile[-2000:]}"
+        )
+
+
+def loop_play(tmp_path: Path, state: str, *more: str) -> None:
+    groups = tmp_path / "profiles.yml"
+    groups.write_text(PROFILE_GROUPS)
+    done = ansible_playbook(
+        "playbooks/slurm_healthcheck.yml", "-i", "inventory", "-i", str(groups),
+        "-e", json.dumps({**LOOP_VARS, "slurm_healthcheck_state": state}), *more,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_the_health_loop_debounces_recovers_acknowledges_and_keeps_each_groups_profile(
+    lab: None, tmp_path: Path
+) -> None:
+    """Slurm's own health check (every 5 s) on the lab's real Slurm, the role's variables set per
+    inventory group: node1 in the observe profile, node2 and node3 in drain. Faults come from each
+    node's fake NVML. Proven through Slurm's node states and each node's textfile:
+    - profiles: the same uncorrected ECC error drains node2 at once and leaves node1 in service, its
+      textfile saying observe and the failure;
+    - debounce: a transient fault (gpu.clocks, a power brake) on node3 drains nothing for 3 runs and
+      drains at the 4th;
+    - recovery: healthy again, node3 stays drained until it passed for 30 s (not at its first pass);
+    - acknowledgement: `playbooks/ack.yml` acknowledges gpu.ecc on node3 until 60 s from now; the ECC
+      error then drains nothing and reads acknowledged in the textfile, and drains once it ends."""
+    observer, drainer, third = NODES
+    for node in NODES:
+        docker_exec(node, "rm", "-f", HEALTH_HISTORY, ACK_FILE)
+    loop_play(tmp_path, "present")
+    try:
+        for node in NODES:
+            after_runs(node, 1)
+        # Profiles: one failure, two groups.
+        gpu_fault(observer, True)
+        gpu_fault(drainer, True)
+        wait_for_reason(drainer, "dltune: gpu.ecc")
+        textfile = after_runs(observer, 2)
+        assert "DRAIN" not in slurm_node(observer)[0], slurm_node(observer)
+        assert series(textfile, "dltune_health_profile", 'profile="observe"') == 1.0, textfile
+        assert re.search(r'dltune_check_status\{check="gpu.ecc",[^}]*status="fail"\} 1.0', textfile)
+        assert series(textfile, "dltune_health_drains_total") == 0.0
+        gpu_fault(observer, False)
+        gpu_fault(drainer, False)
+        wait_for_slurm_node(drainer, drained=False, timeout=60)  # a hard check's drain: its first pass
+
+        # Debounce: a transient fault has failed 2 runs, then 3: no drain; the 4th drains.
+        clocks_fault(third, True)
+        wait_for_series(third, "dltune_health_failing_runs", 'check="gpu.clocks"', {2.0, 3.0})
+        assert "DRAIN" not in slurm_node(third)[0], slurm_node(third)  # at most 3 runs by now
+        wait_for_reason(third, "dltune: gpu.clocks")
+        after_runs(third, 1)  # the run that drained saves the history after its recheck
+        saved = json.loads(docker_exec(third, "cat", HEALTH_HISTORY))
+        assert saved["failing_runs"]["gpu.clocks"] >= 4 and saved["check_drains"] == {"gpu.clocks": 1}, saved
+
+        # Recovery: healthy from now; still drained after 3 passing runs, resumed once 30 s passed.
+        clocks_fault(third, False)
+        healthy_from = time.monotonic()
+        textfile = wait_for_series(third, "dltune_health_recovery_passing_runs", "", {3.0, 4.0})
+        assert slurm_node(third) == ("IDLE+DRAIN", "dltune: gpu.clocks"), slurm_node(third)
+        assert series(textfile, "dltune_health_recovery_window_seconds") == 30.0, textfile
+        wait_for_slurm_node(third, drained=False, timeout=90)
+        assert time.monotonic() - healthy_from >= 30.0
+        textfile = after_runs(third, 1)
+        assert series(textfile, "dltune_health_resumes_total") == 1.0, textfile
+        assert (series(textfile, "dltune_health_drained_seconds_total") or 0.0) >= 30.0, textfile
+
+        # Acknowledgement until 60 s from now (the node's clock): no drain while it lasts, then a drain.
+        until = datetime.now(timezone.utc) + timedelta(seconds=60)
+        acked = ansible_playbook(
+            "playbooks/ack.yml", "-i", "inventory", "-l", third,
+            "-e", json.dumps({"dltune_ack_check": "gpu.ecc", "dltune_ack_why": "RMA 4711 pending",
+                              "dltune_ack_until": until.strftime("%Y-%m-%dT%H:%M:%S"),
+                              "dltune_ack_by": "lab-operator"}),
+        )  # fmt: skip
+        assert acked.returncode == 0, acked.stdout[-3000:]
+        gpu_fault(third, True)
+        textfile = after_runs(third, 2)
+        assert "DRAIN" not in slurm_node(third)[0], slurm_node(third)
+        assert re.search(r'^dltune_check_acknowledged\{check="gpu.ecc",[^}]*\} 1.0$', textfile, re.M), (
+            textfile
+        )
+        assert re.search(r'dltune_check_status\{check="gpu.ecc",[^}]*status="warn"\} 1.0', textfile)
+        wait_for_reason(third, "dltune: gpu.ecc", timeout=90)
+        assert datetime.now(timezone.utc) >= until
+    finally:
+        for node in NODES:
+            gpu_fault(node, False)
+            clocks_fault(node, False)
+        loop_play(tmp_path, "absent")
+        for node in NODES:
+            docker_exec(node, "rm", "-f", HEALTH_HISTORY, ACK_FILE)
+            if "DRAIN" in slurm_node(node)[0]:
+                docker_exec(CONTROLLER, "scontrol", "update", f"nodename={node}", "state=resume")
 
 
 # Stand-ins for what a container cannot have (a GPU driver): `dmesg` prints the real kernel log and
