@@ -36,6 +36,7 @@ class History:
     drained_seconds: float = 0.0
     last_drain: float | None = None
     last_resume: float | None = None
+    drained_since: float | None = None  # the drain under way, whose time is counted when it ends
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,6 +52,7 @@ class History:
             "drained_seconds": self.drained_seconds,
             "last_drain": self.last_drain,
             "last_resume": self.last_resume,
+            "drained_since": self.drained_since,
         }
 
     @classmethod
@@ -69,7 +71,9 @@ class History:
             for key in ("passing_runs", "drains", "resumes_total", "drained_seconds")
             if data.get(key) is not None
         }
-        stamps = {key: data.get(key) for key in ("passing_since", "last_drain", "last_resume")}
+        stamps = {
+            key: data.get(key) for key in ("passing_since", "last_drain", "last_resume", "drained_since")
+        }
         if not all(_is_number(v) and v >= 0 for v in numbers.values()):
             raise ValueError(f"one of {', '.join(numbers)} is not a count")
         if not all(v is None or _is_number(v) for v in stamps.values()):
@@ -87,6 +91,7 @@ class History:
             float(numbers.get("drained_seconds", 0.0)),
             None if stamps["last_drain"] is None else float(stamps["last_drain"]),
             None if stamps["last_resume"] is None else float(stamps["last_resume"]),
+            None if stamps["drained_since"] is None else float(stamps["drained_since"]),
         )
 
     def observed(self, failing: Sequence[str], now: float) -> History:
@@ -108,12 +113,17 @@ class History:
         for check_id in checks:
             per_check[check_id] = per_check.get(check_id, 0) + 1
         return replace(
-            self, drained_reason=reason, drains=self.drains + 1, check_drains=per_check, last_drain=now
+            self,
+            drained_reason=reason,
+            drains=self.drains + 1,
+            check_drains=per_check,
+            last_drain=now,
+            drained_since=now,
         )
 
     def ended_drain(self, now: float, by_dltune: bool) -> History:
         """The drain ended now (dltune resumed the node, or someone else did): its time counted."""
-        spent = max(0.0, now - self.last_drain) if self.last_drain is not None else 0.0
+        spent = max(0.0, now - self.drained_since) if self.drained_since is not None else 0.0
         return replace(
             self,
             drained_reason="",
@@ -121,7 +131,7 @@ class History:
             resumes_total=self.resumes_total + (1 if by_dltune else 0),
             last_resume=now if by_dltune else self.last_resume,
             drained_seconds=self.drained_seconds + spent,
-            last_drain=None,
+            drained_since=None,
         )
 
 

@@ -95,6 +95,11 @@ def _family(name: str, help_text: str, samples: list[str], kind: str = "gauge") 
 PROFILES = ("observe", "drain", "remediate")
 
 
+def render_health_textfile(report: HealthReport) -> str:
+    """The health check's series as a textfile of their own (dltune-health.prom, beside dltune.prom)."""
+    return "\n".join(render_health(report)) + "\n"
+
+
 # long: one family after the other
 def render_health(report: HealthReport) -> list[str]:
     """The Slurm health check's own series (`dltune healthcheck`): its profile, the debounce and

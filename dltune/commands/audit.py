@@ -298,6 +298,7 @@ def audit(
         gc.enable()  # for callers in the same process (tests)
 
 
+HEALTH_TEXTFILE = "dltune-health.prom"
 # A textfile of hundreds of GPUs' series is tens of kB: anything larger is not one dltune wrote.
 TEXTFILE_MAX_BYTES = 4 << 20
 
@@ -345,16 +346,19 @@ def write_node_outputs(
     roles_applied: Sequence[str] = (),
     health: HealthReport | None = None,
 ) -> None:
-    """The Prometheus textfile (with the health check's series when ``health``) and the Ansible facts
-    file, each where asked."""
-    from dltune.prometheus import render_prometheus
+    """The Prometheus textfile and the Ansible facts file, each where asked. The health check's own
+    series (``health``) go to a file of their own, HEALTH_TEXTFILE, written first: the audit timer
+    writes dltune.prom too, and would otherwise wipe them at each of its runs."""
+    from dltune.prometheus import render_health_textfile, render_prometheus
     from dltune.report import render_facts
 
     now = datetime.now(timezone.utc)
     if textfile_dir is not None:
+        if health is not None:
+            write_output(textfile_dir / HEALTH_TEXTFILE, render_health_textfile(health), "--textfile-dir")
         textfile = textfile_dir / "dltune.prom"
         previous = previous_success(textfile)
-        write_output(textfile, render_prometheus(results, now, previous, health), "--textfile-dir")
+        write_output(textfile, render_prometheus(results, now, previous), "--textfile-dir")
     if facts_file is not None:
         write_output(facts_file, render_facts(results, host, now, roles_applied), "--facts-file")
 

@@ -1,5 +1,6 @@
 """`dltune healthcheck`: Slurm's HealthCheckProgram. slurmd runs it as root every HealthCheckInterval
-with no PATH and no arguments (the role's wrapper gives both) and kills it after 60 s. It audits the
+with no PATH and no arguments (the role's wrapper gives both) and kills it after 60 s (slurm.conf's
+HealthCheckTimeout from Slurm 26.05, which --slurm-timeout tells dltune). It audits the
 node, writes the Prometheus textfile and the facts file as the timer does, and drains or resumes the
 node within the drain limit and flap damping (dltune.slurm_health).
 
@@ -49,10 +50,33 @@ from dltune.slurm_health import (
     critical_failures,
 )
 
-# slurmd kills the program at 60 s: the audit's share leaves room for up to five scontrol calls of
-# slurm_health.SCONTROL_TIMEOUT_S each and the recheck's second.
-AUDIT_SECONDS = 25.0
-MAX_AUDIT_SECONDS = 30.0
+# slurmd kills the program (its whole process group, SIGTERM then SIGKILL 10 ms later) at 60 s, or at
+# HealthCheckTimeout (1 to 65535 s, Slurm >= 26.05): --slurm-timeout. The audit leaves SCONTROL_RESERVE_S
+# of it for up to five scontrol calls of slurm_health.SCONTROL_TIMEOUT_S each, the recheck's second,
+# Python's start and the writes; unless told, it takes AUDIT_MARGIN_S less still (25 s of 60).
+SLURM_TIMEOUT_S = 60.0
+MAX_SLURM_TIMEOUT_S = 65_535.0
+SCONTROL_RESERVE_S = 30.0
+AUDIT_MARGIN_S = 5.0
+AUDIT_SECONDS = SLURM_TIMEOUT_S - SCONTROL_RESERVE_S - AUDIT_MARGIN_S
+# The shortest slurmd limit dltune runs under: its default audit gets 5 s.
+MIN_SLURM_TIMEOUT_S = SCONTROL_RESERVE_S + AUDIT_MARGIN_S + 5.0
+
+
+def audit_seconds(timeout: float | None, slurm_timeout: float) -> float:
+    """The audit's seconds: --timeout, or by default slurmd's limit less the reserve and the margin;
+    a --timeout that leaves less than the reserve of --slurm-timeout is a usage error naming both."""
+    if timeout is None:
+        return slurm_timeout - SCONTROL_RESERVE_S - AUDIT_MARGIN_S
+    if timeout > slurm_timeout - SCONTROL_RESERVE_S:
+        raise typer.BadParameter(
+            f"{timeout:g} s leaves less than {SCONTROL_RESERVE_S:g} s of --slurm-timeout {slurm_timeout:g} "
+            f"(slurmd's HealthCheckTimeout) for the scontrol calls: give --timeout at most "
+            f"{slurm_timeout - SCONTROL_RESERVE_S:g}, or a larger --slurm-timeout where slurm.conf sets one "
+            "(Slurm >= 26.05)",
+            param_hint="--timeout",
+        )
+    return timeout
 
 
 # long: mostly its option declarations
@@ -64,13 +88,25 @@ def healthcheck(
     ] = True,
     slurm_node: Annotated[str | None, SLURM_NODE_OPTION] = None,
     timeout: Annotated[
-        float,
+        float | None,
         seconds_option(
             "--timeout",
-            maximum=MAX_AUDIT_SECONDS,
-            help="Seconds for the audit (slurmd's limit is 60 s for all).",
+            maximum=MAX_SLURM_TIMEOUT_S - SCONTROL_RESERVE_S,
+            help=f"Seconds for the audit: at most --slurm-timeout less {SCONTROL_RESERVE_S:g}; by default "
+            f"--slurm-timeout less {SCONTROL_RESERVE_S + AUDIT_MARGIN_S:g} ({AUDIT_SECONDS:g} of slurmd's "
+            f"{SLURM_TIMEOUT_S:g}).",
         ),
-    ] = AUDIT_SECONDS,
+    ] = None,
+    slurm_timeout: Annotated[
+        float,
+        seconds_option(
+            "--slurm-timeout",
+            minimum=MIN_SLURM_TIMEOUT_S,
+            maximum=MAX_SLURM_TIMEOUT_S,
+            help="Seconds slurmd lets the program run: slurm.conf's HealthCheckTimeout (Slurm >= 26.05), "
+            f"else {SLURM_TIMEOUT_S:g}.",
+        ),
+    ] = SLURM_TIMEOUT_S,
     nfs_timeout: Annotated[float, NFS_TIMEOUT_OPTION] = 5.0,
     nvml_timeout: Annotated[
         float,
@@ -94,6 +130,7 @@ def healthcheck(
 ) -> None:
     """Slurm's HealthCheckProgram: audit, write the textfile and facts, drain/resume within the bounds.
     Exit 0 whatever it found (findings reach Slurm as drain reasons); 2 only for invalid options."""
+    timeout = audit_seconds(timeout, slurm_timeout)
     policy = drain_policy(
         drain_limit, flap_count, flap_window, profile, debounce or (), recovery_runs, recovery_window
     )

@@ -572,6 +572,7 @@ def test_slurm_drain_never_overrides_an_admins_drain(lab: None) -> None:
 
 SCENARIO = "/etc/dltune-lab/nvml-scenario.conf"
 HEALTH_TEXTFILE = "/var/lib/prometheus/node-exporter/dltune.prom"
+HEALTH_SERIES = "/var/lib/prometheus/node-exporter/dltune-health.prom"  # the health check's own
 # Slurm's health check every 5 s (CYCLE: the three nodes spread over it); at most 2 nodes drained by
 # dltune at once; a node dltune resumed twice within the hour and failing again is flapping.
 HEALTHCHECK_VARS = {
@@ -615,14 +616,15 @@ def health_runs(node: str) -> float:
 
 
 def after_runs(node: str, runs: int = 2, timeout: float = 90) -> str:
-    """Wait until slurmd has run the health check ``runs`` more times on ``node``; its textfile then."""
+    """Wait until slurmd has run the health check ``runs`` more times on ``node``; its textfiles then
+    (dltune.prom, and dltune-health.prom, which the run writes before it)."""
     deadline, seen, last = time.monotonic() + timeout, 0, health_runs(node)
     while seen < runs:
         assert time.monotonic() < deadline, f"slurmd ran no health check on {node} for {timeout} s"
         time.sleep(1)
         now = health_runs(node)
         seen, last = (seen + 1, now) if now != last else (seen, last)
-    return docker_exec(node, "cat", HEALTH_TEXTFILE)
+    return docker_exec(node, "sh", "-c", f"cat {HEALTH_TEXTFILE}; cat {HEALTH_SERIES} 2>/dev/null || true")
 
 
 def wait_for_reason(node: str, reason: str, timeout: float = 60) -> None:

@@ -148,6 +148,11 @@ PER_CHECK_BIRTH = """dltune_health_check_drains_total
             "dltune_health_failing_runs <= dltune_health_needed_runs",
             "the fleet's health check now",
         ),
+        (
+            "(dltune_health_needed_runs > dltune_health_failing_runs)",
+            "(dltune_health_needed_runs >= dltune_health_failing_runs)",
+            "a transient critical failure fires once it failed its debounce's runs, not while pending",
+        ),
         ("== 1) >= 5\n", "== 1) >= 4\n", "one check failing on 5 nodes"),
         (
             "scalar(count(dltune_build_info)) >= 0.1",

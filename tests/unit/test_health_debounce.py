@@ -258,3 +258,23 @@ def test_the_health_checks_series_say_its_profile_pending_runs_recovery_and_coun
     assert found[("dltune_health_resumes_total", ())] == 1.0
     assert found[("dltune_health_drained_seconds_total", ())] == 2 * RUN
     assert ("dltune_health_recovery_passing_runs", ()) not in found
+    assert found[("dltune_health_last_drain_timestamp_seconds", ())] == T0 + 2 * RUN  # kept after the resume
+
+
+def test_the_health_series_go_to_a_file_of_their_own_that_the_audit_timer_never_rewrites(
+    tmp_path: Path,
+) -> None:
+    """The timer's `dltune audit --textfile-dir` rewrites dltune.prom every 15 minutes: the health
+    check's series live in dltune-health.prom, so they do not vanish between two health-check runs."""
+    from dltune.commands.audit import HEALTH_TEXTFILE, write_node_outputs
+
+    node = Node(tmp_path, policy())
+    node.run(ECC_FAIL)
+    textfiles = tmp_path / "textfiles"
+    textfiles.mkdir()
+    write_node_outputs(ECC_FAIL, "gpu01", textfiles, None, (), node.report)
+    health = (textfiles / HEALTH_TEXTFILE).read_text()
+    assert "dltune_health_drains_total 1.0" in health and "dltune_check_status" not in health
+    write_node_outputs(HEALTHY, "gpu01", textfiles, None)  # the timer's audit
+    assert (textfiles / HEALTH_TEXTFILE).read_text() == health
+    assert "dltune_health" not in (textfiles / "dltune.prom").read_text()

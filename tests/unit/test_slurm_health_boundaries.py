@@ -646,6 +646,7 @@ def test_a_history_is_saved_as_versioned_json_and_read_back_the_same(tmp_path: P
         "drained_seconds": 7200.5,
         "last_drain": 3.0,
         "last_resume": 2.5,
+        "drained_since": None,
     }
     path = str(tmp_path / "state" / "history.json")
     save_history(path, history)
@@ -681,7 +682,7 @@ def test_a_history_reads_missing_fields_as_empty_and_keeps_the_last_hundred_resu
         ({"drains": -1}, "one of drains is not a count"),
         ({"passing_runs": "3"}, "one of passing_runs is not a count"),
         ({"drained_seconds": True}, "one of drained_seconds is not a count"),
-        ({"last_drain": "x"}, "one of passing_since, last_drain, last_resume is not a time"),
+        ({"last_drain": "x"}, "one of passing_since, last_drain, last_resume, drained_since is not a time"),
         ({"failing_runs": {"gpu.ecc": -1}}, "failing_runs is not a map of check to count"),
         ({"check_drains": []}, "check_drains is not a map of check to count"),
     ],
