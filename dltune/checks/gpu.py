@@ -295,17 +295,34 @@ def ecc(snap: Snapshot) -> list[Result]:
     return _per_gpu("gpu.ecc", snap, lambda g: _judge_ecc(g, snap))
 
 
-def _idle(gpu: Gpu) -> bool | None:
-    """Idle by the clock event reasons, else by utilization; None when the driver reports neither."""
-    if gpu.clock_event_reasons is not None:
-        return bool(gpu.clock_event_reasons & IDLE)
-    if gpu.utilization_percent is not None:
-        return gpu.utilization_percent == 0
-    return None
+def idle_reading(gpu: Gpu) -> tuple[bool | None, str]:
+    """Whether the GPU is idle, and the reading that says so. Load needs evidence of load: utilization
+    above 0 % or a compute process. The driver's idle reason alone cannot say "busy": real idle cards
+    at P8 with 0 % and no process show "Idle: Not Active" beside "SW Power Cap: Active"
+    (tests/fixtures/real/nvidia_smi_q_idle/). Idle: the idle reason, else 0 % utilization or no compute
+    process. None: the driver reports none of these."""
+    busy = []
+    if gpu.utilization_percent:
+        busy.append(f"utilization {gpu.utilization_percent} %")
+    if gpu.compute_pids:
+        busy.append(f"{len(gpu.compute_pids)} compute process(es)")
+    if busy:
+        return False, " and ".join(busy)
+    if gpu.clock_event_reasons is not None and gpu.clock_event_reasons & IDLE:
+        return True, "the driver's idle clock-event reason"
+    quiet = []
+    if gpu.utilization_percent == 0:
+        quiet.append("utilization 0 %")
+    if gpu.compute_pids == ():
+        quiet.append("no compute process")
+    if quiet:
+        unset = " (the driver's idle reason is not set)" if gpu.clock_event_reasons is not None else ""
+        return True, " and ".join(quiet) + unset
+    return None, "neither utilization, the compute processes nor the idle reason reported"
 
 
 def _judge_pcie(g: Gpu) -> Verdict:
-    evidence = {
+    evidence: dict[str, Any] = {
         "gen": g.pcie_gen,
         "gen_max": g.pcie_gen_max,
         "width": g.pcie_width,
@@ -314,29 +331,41 @@ def _judge_pcie(g: Gpu) -> Verdict:
     if None in (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max):
         return Verdict(Status.SKIP, "PCIe link not reported")
     link = f"Gen{g.pcie_gen} x{g.pcie_width} (max Gen{g.pcie_gen_max} x{g.pcie_width_max})"
+    idle, reading = idle_reading(g)
+    evidence["idle"] = idle
+    evidence["idle_by"] = reading
     if g.pcie_width < g.pcie_width_max:  # type: ignore[operator]
+        if idle:
+            # nvidia-smi --help-query-gpu, pcie.link.width.current: "These may be reduced when the GPU is
+            # not in use" (published idle L4 and RTX 5090 at P8 read x8 of x16). Only a width under load
+            # (or of unknown load) proves the slot.
+            return Verdict(
+                Status.WARN,
+                f"link narrower than its maximum while idle (idle by {reading}): {link}",
+                evidence=evidence,
+                remedy="rerun `dltune audit --only gpu` while the GPU trains: a width still below its "
+                "maximum then is a seating, riser or slot fault",
+            )
         return Verdict(
             Status.FAIL,
             f"link trained narrow: {link}",
             evidence=evidence,
             remedy="reseat the GPU or riser; check the slot and BIOS settings",
         )
-    idle = _idle(g)
-    evidence["idle"] = idle
     lowered = g.pcie_gen < g.pcie_gen_max  # type: ignore[operator]
     if lowered and idle is False:
         return Verdict(
             Status.WARN,
-            f"link below its generation under load: {link}",
+            f"link below its generation under load ({reading}): {link}",
             evidence=evidence,
             remedy="check BIOS PCIe speed and the riser",
         )
     note = ""
     if lowered:
         note = (
-            " (idle GPUs lower the generation to save power)"
+            f" (idle by {reading}: idle GPUs lower the generation to save power)"
             if idle
-            else " (the generation is lowered; whether the GPU is idle is not reported: rerun "
+            else " (the generation is lowered; whether the GPU is busy is not reported: rerun "
             "`dltune audit --only gpu` while it trains to judge it)"
         )
     return Verdict(Status.PASS, f"{link}{note}", evidence=evidence)

@@ -156,8 +156,12 @@ def test_degraded_pcie_link(fake_nvml_dir: Path) -> None:
     assert statuses(results, "gpu.pcie") == {"0": "warn", "1": "fail", "2": "pass", "3": "pass"}
     assert "x8" in results[("gpu.pcie", "1")]["summary"]
     # Idle or busy unknown: the lowered generation is not called "under load".
-    assert "whether the GPU is idle is not reported" in results[("gpu.pcie", "2")]["summary"]
-    assert "idle GPUs lower" in results[("gpu.pcie", "3")]["summary"]
+    assert "whether the GPU is busy is not reported" in results[("gpu.pcie", "2")]["summary"]
+    assert (
+        "idle by utilization 0 % and no compute process: idle GPUs lower"
+        in results[("gpu.pcie", "3")]["summary"]
+    )
+    assert results[("gpu.pcie", "0")]["evidence"]["idle_by"] == "utilization 85 % and 1 compute process(es)"
 
 
 def test_thermal_throttling(fake_nvml_dir: Path) -> None:

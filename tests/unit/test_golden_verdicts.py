@@ -141,7 +141,15 @@ GPU_STATES: dict[str, NvmlState] = {
                 remap_histogram={"max": 600, "high": 0, "partial": 0, "low": 2, "none": 0},
             ),
             _gpu(index=1, remapped_rows_failure=True, remap_histogram={"max": 0, "none": 1}),
-            _gpu(index=2, pcie_width=8, pcie_gen=4, clock_event_reasons=0, clock_event_reasons_later=0),
+            _gpu(  # busy: a narrow link under load fails
+                index=2,
+                pcie_width=8,
+                pcie_gen=4,
+                clock_event_reasons=0,
+                clock_event_reasons_later=0,
+                utilization_percent=93,
+                compute_pids=(4242,),
+            ),
             _gpu(
                 index=3,
                 clock_event_reasons=HW_SLOWDOWN,

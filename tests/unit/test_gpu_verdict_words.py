@@ -200,18 +200,33 @@ LINK = {"pcie_gen": 4, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16
 
 
 def test_a_lowered_generation_under_load_warns_with_the_link_and_the_bios_remedy() -> None:
-    result = one(pcie, clock_event_reasons=0, **LINK)
+    result = one(pcie, clock_event_reasons=0, utilization_percent=88, **LINK)
     assert (result.status, result.remedy) == (Status.WARN, "check BIOS PCIe speed and the riser")
-    assert result.summary.endswith("link below its generation under load: Gen4 x16 (max Gen5 x16)")
-    assert result.evidence == {"gen": 4, "gen_max": 5, "width": 16, "width_max": 16, "idle": False}
+    assert result.summary.endswith(
+        "link below its generation under load (utilization 88 %): Gen4 x16 (max Gen5 x16)"
+    )
+    assert result.evidence == {
+        "gen": 4,
+        "gen_max": 5,
+        "width": 16,
+        "width_max": 16,
+        "idle": False,
+        "idle_by": "utilization 88 %",
+    }
+
+
+def test_the_reason_mask_alone_without_its_idle_bit_is_no_evidence_of_load() -> None:
+    """Idle cards at P8 show "Idle: Not Active" with "SW Power Cap: Active" (test_gpu_idle_real.py)."""
+    result = one(pcie, clock_event_reasons=0x4, **LINK)
+    assert result.status is Status.PASS and "whether the GPU is busy is not reported" in result.summary
 
 
 @pytest.mark.parametrize(
     ("utilization", "status", "note"),
     [
-        (0, Status.PASS, " (idle GPUs lower the generation to save power)"),
+        (0, Status.PASS, " (idle by utilization 0 %: idle GPUs lower the generation to save power)"),
         (1, Status.WARN, None),
-        (None, Status.PASS, " (the generation is lowered; whether the GPU is idle is not reported: rerun "
+        (None, Status.PASS, " (the generation is lowered; whether the GPU is busy is not reported: rerun "
                             "`dltune audit --only gpu` while it trains to judge it)"),
     ],
 )  # fmt: skip
