@@ -89,6 +89,7 @@ def main() -> None:
         "seconds_per_rank": per_rank,
         "hosts": hosts,
         "device_names": names,
+        "path": gpu_path(torch, world, local) if args.device == "cuda" and rank == 0 else None,
     }
     del tensor  # the training below needs the memory, not this buffer
     if args.allreduce_only:
@@ -119,6 +120,60 @@ def main() -> None:
             },
         )
     finish(dist)
+
+
+# NCCL's settings that change the path an all-reduce takes between GPUs (NCCL's environment variables
+# documentation): recorded with the figure, so a run told not to use NVLink says so.
+NCCL_PATH_SETTINGS = (
+    "NCCL_P2P_DISABLE",
+    "NCCL_P2P_LEVEL",
+    "NCCL_SHM_DISABLE",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_ALGO",
+)
+
+
+def gpu_path(torch: object, world: int, local: int) -> dict[str, object]:
+    """How this node's GPUs of the run reach each other, read by rank 0 (one node: ranks 0..world-1 are
+    cuda:0..world-1): whether every pair may access its peer's memory directly (CUDA peer-to-peer,
+    over NVLink or PCIe), how many NVLinks each GPU has up (NVML, matched by PCI bus id; None where
+    NVML cannot say), and NCCL's settings that change the path."""
+    cuda = torch.cuda  # type: ignore[attr-defined]
+    count = min(world, cuda.device_count())
+    pairs = [(a, b) for a in range(count) for b in range(count) if a != b]
+    peer = all(bool(cuda.can_device_access_peer(a, b)) for a, b in pairs) if count == world else None
+    return {
+        "peer_to_peer": peer,
+        "nvlinks_up": [active_nvlinks(bus_id(cuda.get_device_properties(i))) for i in range(count)],
+        "nccl": {name: os.environ[name] for name in NCCL_PATH_SETTINGS if name in os.environ},
+        "gpus": count,
+    }
+
+
+def bus_id(properties: object) -> str:
+    domain, bus, device = (getattr(properties, f"pci_{part}_id", 0) for part in ("domain", "bus", "device"))
+    return f"{domain:08x}:{bus:02x}:{device:02x}.0"
+
+
+def active_nvlinks(pci_bus_id: str) -> int | None:
+    """NVLinks up on the GPU at this bus id (0: a PCIe card, or every link down); None: NVML not usable."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
+            up = 0
+            for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+                try:
+                    up += pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
+                except pynvml.NVMLError:
+                    break  # past the GPU's last link, or no NVLink at all
+            return up
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVML missing or refusing: the path stays unknown, the figure is still written
+        return None
 
 
 def write(path: str, numbers: dict[str, object]) -> None:

@@ -17,7 +17,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltune.bench.specs import DCGM_SKUS, Spec, allreduce_figure, is_mig, pair_figure, spec_for
+from dltune.bench.specs import (
+    ALLREDUCE_8GPU,
+    DCGM_SKUS,
+    AllreduceFigure,
+    Spec,
+    allreduce_figure,
+    is_mig,
+    pair_figure,
+    spec_for,
+)
 from dltune.model import EXIT_NOT_PROVED, EXIT_OK, Result, Status, exit_code
 
 SPEC_WARN, SPEC_FAIL = 0.70, 0.50
@@ -527,6 +536,47 @@ def allreduce_verdict(busbw_gb_s: float, pass_gb_s: float) -> Status:
     return Status.WARN if busbw_gb_s >= pass_gb_s * ALLREDUCE_FAIL_SHARE else Status.FAIL
 
 
+NVLINK = "NVLink"
+NVLINK_REMEDY = (
+    "check each GPU's NVLinks (audit fabric, `nvidia-smi nvlink -s`), the fabric manager and the GPU "
+    "pairs (bench.gpu_pairs); NCCL_DEBUG=INFO shows the transport NCCL chose"
+)
+_OFF = ("1", "true", "yes", "on")
+
+
+def path_between(path: Mapping[str, Any] | None) -> str | None:
+    """How the run's GPUs reached each other (dltune.bench.ddp.gpu_path): NVLink (peer-to-peer between
+    every pair, every GPU with NVLinks up), "peer-to-peer" (the link not known to be NVLink: PCIe, or
+    NVML could not say), "host memory" (a pair without peer access: NCCL stages through the host), or
+    None when not recorded."""
+    if not path:
+        return None
+    peer, nvlinks = path.get("peer_to_peer"), path.get("nvlinks_up") or []
+    if peer is True and nvlinks and all(isinstance(n, int) and n > 0 for n in nvlinks):
+        return NVLINK
+    if peer is True:
+        return "peer-to-peer"
+    return "host memory" if peer is False else None
+
+
+def p2p_turned_off(path: Mapping[str, Any] | None) -> str | None:
+    """The NCCL setting that keeps it off NVLink and PCIe peer-to-peer, as set: NCCL_P2P_DISABLE=1, or
+    NCCL_P2P_LEVEL=LOC (NCCL's environment variables: P2P never used)."""
+    settings = (path or {}).get("nccl") or {}
+    if str(settings.get("NCCL_P2P_DISABLE", "")).strip().lower() in _OFF:
+        return f"NCCL_P2P_DISABLE={settings['NCCL_P2P_DISABLE']}"
+    if str(settings.get("NCCL_P2P_LEVEL", "")).strip().upper() in ("LOC", "0"):
+        return f"NCCL_P2P_LEVEL={settings['NCCL_P2P_LEVEL']}"
+    return None
+
+
+def model_figure(device_names: list[str]) -> AllreduceFigure | None:
+    """The published all-reduce figure of the run's one model, whatever the run's GPU count."""
+    models = {spec.model if spec else None for spec in map(spec_for, device_names)}
+    (model,) = models if len(models) == 1 else (None,)
+    return ALLREDUCE_8GPU.get(model) if model else None
+
+
 # long: bandwidth and scaling of one run share their evidence; split, they would compute it twice
 def judge_allreduce(
     world: int,
@@ -537,13 +587,18 @@ def judge_allreduce(
     hosts: list[str] | None = None,
     per_rank: list[float] | None = None,
     device_names: list[str] | None = None,
+    path: Mapping[str, Any] | None = None,
 ) -> list[Result]:
     """All-reduce bandwidth and data-parallel scaling; `hosts` (each rank's host) for a multi-node run,
     whose results have ids of their own (bench.multinode_*: a column apart from the node's own run).
     `seconds` is the slowest rank's time (a collective ends when its last rank does); `per_rank` each
     rank's own, as evidence. One node's NCCL run over GPUs whose model and count have a published
     figure (specs.ALLREDUCE_8GPU) is judged on its busbw: below the peer's pass line a finding, below
-    half of it a failure (a ring that lost its NVLinks runs at PCIe speed, an order of magnitude less)."""
+    half of it a failure (a ring that lost its NVLinks runs at PCIe speed, an order of magnitude less).
+    Over fewer GPUs of such a model joined by NVLink (``path``), no published figure gives a pass line,
+    but NVSwitch keeps busbw near the full node's (a DGX A100 over 4 GPUs: 222-235 GB/s): below half
+    of the full node's pass line fails as far below what NVLink allows (the same 4 GPUs with P2P off in
+    NCCL: 5.2 GB/s). A run NCCL was told to keep off peer-to-peer says so."""
     prefix = "bench.multinode_" if hosts else "bench."
     algbw = size_bytes / seconds / 1e9
     busbw = algbw * 2 * (world - 1) / world
@@ -559,20 +614,52 @@ def judge_allreduce(
         f"algbw {algbw:.2f} GB/s, busbw {busbw:.2f} GB/s"
     )
     status, remedy = Status.PASS, None
-    figure = allreduce_figure(device_names) if device_names and backend == "nccl" and not hosts else None
-    if figure is not None and size_bytes < ALLREDUCE_JUDGED_MB << 20:
+    one_node_nccl = bool(device_names) and backend == "nccl" and not hosts
+    figure = allreduce_figure(device_names or []) if one_node_nccl else None
+    route, turned_off = path_between(path), p2p_turned_off(path)
+    if route:
+        evidence["path"] = route
+        summary += f" over {route}"
+    if path and path.get("nccl"):
+        evidence["nccl_settings"] = dict(path["nccl"])
+    if turned_off:
+        summary += f" ({turned_off}: NCCL uses neither NVLink nor PCIe peer-to-peer)"
+    full = model_figure(device_names or []) if one_node_nccl and figure is None else None
+    fewer_over_nvlink = full is not None and route == NVLINK and world < full.gpus
+    small = size_bytes < ALLREDUCE_JUDGED_MB << 20
+    if (figure is not None or fewer_over_nvlink) and small:
         evidence["not_judged"] = (
             f"{size_bytes / 1e6:.0f} MB is below the {ALLREDUCE_JUDGED_MB} MB where busbw nears its plateau"
         )
+    elif one_node_nccl and figure is None and not fewer_over_nvlink:
+        evidence["not_judged"] = (
+            f"no published figure for {world} GPUs of this model over "
+            f"{route or 'a path dltune could not read'}"
+        )
+    elif full is not None and fewer_over_nvlink:
+        floor = full.pass_gb_s * ALLREDUCE_FAIL_SHARE
+        evidence["judged_against"] = (
+            f"no published figure for {world} GPUs: half of the {full.pass_gb_s:g} GB/s a healthy "
+            f"{full.gpus}-GPU node passes ({full.source})"
+        )
+        if busbw < floor:
+            status = Status.FAIL
+            summary += (
+                f", {busbw / full.pass_gb_s:.0%} of the {full.pass_gb_s:g} GB/s a healthy {full.gpus}-GPU "
+                "node passes: far below what NVLink allows"
+            )
+            remedy = (
+                f"unset {turned_off.split('=')[0]} for training jobs (the site's environment, the job "
+                "script, /etc/nccl.conf)"
+                if turned_off
+                else NVLINK_REMEDY
+            )
     elif figure is not None:
         status = allreduce_verdict(busbw, figure.pass_gb_s)
         evidence["judged_against"] = f"{figure.pass_gb_s:g} GB/s on {figure.gpus} GPUs: {figure.source}"
         summary += f", {busbw / figure.pass_gb_s:.0%} of the {figure.pass_gb_s:g} GB/s a healthy node passes"
         if status is not Status.PASS:
-            remedy = (
-                "check each GPU's NVLinks (audit fabric, `nvidia-smi nvlink -s`), the fabric manager and "
-                "the GPU pairs (bench.gpu_pairs); NCCL_DEBUG=INFO shows the transport NCCL chose"
-            )
+            remedy = NVLINK_REMEDY
     results = [
         Result(
             f"{prefix}allreduce",
@@ -948,6 +1035,7 @@ def _from_ddp(
         hosts=hosts,
         per_rank=numbers.get("seconds_per_rank"),
         device_names=numbers.get("device_names"),
+        path=numbers.get("path"),
     )
 
 
