@@ -1,10 +1,19 @@
-"""Published dense peak figures of common datacenter GPUs (no structured sparsity), keyed by the exact
-device names NVML and torch report (tests/fixtures/real/gpu_names holds the names as published in
-`nvidia-smi -L`, `nvidia-smi -q` and torch logs). TFLOPS per dtype, memory bandwidth in GB/s.
+"""Published dense peak figures of datacenter and workstation GPUs (no structured sparsity), keyed by the
+exact device names NVML and torch report (tests/fixtures/real/gpu_names holds the names as published in
+`nvidia-smi -L`, `nvidia-smi -q` and torch logs; the driver's own product names are in the "Product Name"
+table of NVIDIA/open-gpu-kernel-modules' README). TFLOPS per dtype, memory bandwidth in GB/s.
 
-Peaks: NVIDIA's V100, V100S, A100, H100, H200, GH200 and L40S datasheets (dense = the datasheet's
-"with sparsity" figure halved); B200, B300, GB200 and GB300 from the DGX B200/B300 and GB200/GB300
-NVL72 datasheets as tabulated in Stas Bekman's ml-engineering (compute/accelerator/README.md).
+Peaks: NVIDIA's V100, V100S, A10, A40, A100, L4, L40, L40S, H100, H800, H200 and GH200 datasheets,
+the GA102 whitepaper for the RTX A6000 (dense = the datasheet's "with sparsity" figure halved); the
+A800 SXM4 80GB as the A100 80GB SXM from a secondary table named in its entry; B200,
+B300, GB200 and GB300 from the DGX B200/B300 and GB200/GB300 NVL72 datasheets as tabulated in Stas
+Bekman's ml-engineering (compute/accelerator/README.md). Each entry names its source; where a datasheet
+prints no bf16/fp16 Tensor Core figure (RTX 6000 Ada, RTX PRO 6000 Blackwell Workstation: FP8 or FP4 with
+sparsity only; the A10G: none published) the entry has no such figure, and those dtypes are judged
+against the node's other GPUs only. Cards whose peak no sustained matmul holds and whose achieved
+share nobody published (the 70 W T4; the RTX 6000 Ada and RTX PRO 6000 Blackwell's dual-issue fp32
+peaks) keep their memory figure only: a default share would warn on healthy cards. Boards without a sourced figure (H20, L20, A30, A16, A2, H800 PCIe,
+A800 PCIe and 40GB, B100, RTX PRO 6000 Server and Max-Q Editions) get no spec.
 
 What a healthy card reaches is lower than its datasheet: ``achievable`` is the fraction of the dense
 bf16 peak that a best-shape matmul search measured on healthy cards (ml-engineering's "Maximum
@@ -99,13 +108,29 @@ SPECS: tuple[tuple[str, Spec], ...] = (
     (r"A100 80GB PCIE|A100-PCIE-80GB", _card("A100 80GB PCIe", _A100_SXM, 1935, 0.811, MAMF)),
     (r"A100-PCIE-40GB|A100 PCIE", _card("A100 40GB PCIe", _A100_SXM, 1555, 0.811, MAMF, 1293)),
     (r"A100-SXM4?-40GB", _card("A100 40GB SXM", _A100_SXM, 1555, 0.869, MAMF)),
+    # H800 (2324, "NVIDIA H800" in the driver's table; the PCIe card is "NVIDIA H800 PCIe", 2322): NVIDIA's
+    # H800 datasheet (linked from github.com/astroC86/gpu-datasheet: "80 GB | 3.35 TB/s | 1979 TFLOPS
+    # (BF16 / FP16)", the sparsity figure) halved, tf32 at half of it as for H100 SXM above; NVIDIA's DCGM
+    # measures ~2560 GB/s on it (diag-skus.yaml.in "Nvidia H800 80GB"), as on H100 SXM (~2540).
+    # The same GH100 compute, clocks and memory as H100 SXM: its measured share, and DCGM's 2560 GB/s.
+    (r"H800", _card("H800 SXM", _tensor(989.5), 3350, 0.803, "as H100 SXM (same GH100): " + MAMF, 2560)),
+    # A800 SXM4 80GB: the A100 80GB SXM's figures (secondary, no NVIDIA datasheet found: hahnyuan/LLM-Viewer
+    # hardwares/hardware_params.py "nvidia_A800_80G_SXM": 2039 GB/s, FP16 312 TFLOPS); NVIDIA's DCGM measures
+    # ~1566 GB/s on it and ~1564 on the A100-SXM4-80GB (diag-skus.yaml.in).
+    # The same GA100 as the A100 80GB SXM: its measured share, and DCGM's 1566 GB/s.
+    (
+        r"A800-SXM4-80GB",
+        _card("A800 80GB SXM", _A100_SXM, 2039, 0.869, "as A100 80GB SXM (same GA100): " + MAMF, 1566),
+    ),
     (
         r"L40S",
         _card("L40S", {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6}, 864, 0.70, MAMF, 700),
     ),
     (r"B200", _card("B200", _tensor(2250.0), 8000, 0.776, MAMF, 5430)),
     (r"B300(?: SXM6 AC)?", _card("B300", _tensor(2250.0), 8000, 0.786, MAMF, 6020)),
-    (r"GB200", _card("GB200", _tensor(2500.0), 8000, 0.729, MAMF, 3470)),
+    # "NVIDIA HGX GB200" is the driver's name for the same device (2941) in 570.124.04-570.1xx, "NVIDIA
+    # GB200" before and after (NVIDIA/open-gpu-kernel-modules README, "Product Name").
+    (r"(?:HGX )?GB200", _card("GB200", _tensor(2500.0), 8000, 0.729, MAMF, 3470)),
     (
         r"GB300",
         _card("GB300", _tensor(2500.0), 8000, 0.729, "as GB200 (no published MAMF for GB300): " + MAMF, 6030),
@@ -115,6 +140,67 @@ SPECS: tuple[tuple[str, Spec], ...] = (
     (r"V100-PCIE-(?:16|32)GB", Spec("V100 PCIe", {"fp16": 112.0, "fp32": 14.0}, 900)),
     # DGX-2's V100 SXM3 32GB: the SXM2 figures (its higher power limit is not in NVIDIA's datasheet).
     (r"V100-SXM[23]-(?:16|32)GB(?:-LS|-H)?", Spec("V100 SXM2", {"fp16": 125.0, "fp32": 15.7}, 900)),
+    # Turing: fp16 (FP16/FP32 mixed precision) is its Tensor Core dtype. NVIDIA T4 datasheet
+    # (https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf):
+    # single precision 8.1, mixed precision 65 TFLOPS, 320 GB/s (no sparsity on Turing).
+    # A 70 W card does not hold its peak clocks under a sustained matmul, and no measured share is
+    # published: its peaks stay out (a default share would warn on healthy cards; compared with the
+    # node's other T4s only); memory against DCGM's measured 244 GB/s (diag-skus.yaml.in "Tesla T4").
+    (r"T4", _card("T4", {}, 320, healthy=244)),
+    # Ampere GA102 cards: tf32 as the datasheet prints it (the "with sparsity" figure halved).
+    # NVIDIA A10 datasheet (https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf):
+    # FP32 31.2, TF32 62.5 | 125*, BF16 and FP16 125 | 250* TFLOPS, 600 GB/s.
+    (r"A10", _card("A10", {"bf16": 125.0, "fp16": 125.0, "tf32": 62.5, "fp32": 31.2}, 600)),
+    # A10G (AWS G5): no NVIDIA datasheet, and its Tensor Core rates differ from the A10's, so no peak; its
+    # memory is the A10's (Baseten, "NVIDIA A10 vs A10G for ML model inference": "The A10 and A10G share the
+    # same GPU memory stats: 24 gigabytes of GDDR6 VRAM with a memory bandwidth of 600 gigabytes per second").
+    (r"A10G", _card("A10G", {}, 600, healthy=484)),  # DCGM's measured 484 GB/s
+    # NVIDIA A40 datasheet (https://images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf):
+    # FP32 37.4, TF32 74.8 | 149.6*, BF16 (FP32 accumulate) and FP16 149.7 | 299.4* TFLOPS, 696 GB/s.
+    (r"A40", _card("A40", {"bf16": 149.7, "fp16": 149.7, "tf32": 74.8, "fp32": 37.4}, 696, healthy=565)),
+    # NVIDIA Ampere GA102 whitepaper v2, RTX A6000
+    # (https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf): "Peak BF16
+    # Tensor TFLOPS with FP32 Accumulate 154.8/309.6", 768 GB/s; FP32 38.7; tf32 at half of bf16.
+    (
+        r"RTX A6000",
+        _card("RTX A6000", {"bf16": 154.8, "fp16": 154.8, "tf32": 77.4, "fp32": 38.7}, 768, healthy=675),
+    ),
+    # Ada. NVIDIA L4 datasheet (https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet),
+    # sparsity figures only: TF32 120*, BF16 and FP16 242*; FP32 30.3 TFLOPS, 300 GB/s.
+    # A 72 W card: a healthy L4 measured 70.9 bf16 TFLOPS (58.6% of the dense peak) and 15.4 fp32
+    # (github.com/zzc0721/torch-performance-test-data, a torch matmul sweep, not a MAMF search);
+    # memory against DCGM's measured 265 GB/s.
+    (
+        r"L4",
+        _card(
+            "L4",
+            {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3},
+            300,
+            0.586,
+            "a torch matmul sweep on a healthy L4 (zzc0721/torch-performance-test-data): 70.9 of 121 TFLOPS",
+            265,
+        ),
+    ),
+    # NVIDIA L40 datasheet (with the L40S's, as above; also the Ada whitepaper v2.1,
+    # https://images.nvidia.com/aem-dam/Solutions/Data-Center/l4/nvidia-ada-gpu-architecture-whitepaper-v2.1.pdf):
+    # FP32 90.5, TF32 90.5 | 181*, BF16 and FP16 181.05 | 362.1* TFLOPS, 864 GB/s.
+    (r"L40", _card("L40", {"bf16": 181.05, "fp16": 181.05, "tf32": 90.5, "fp32": 90.5}, 864)),
+    # Workstation boards whose datasheet gives no bf16/fp16 Tensor Core figure (only FP8 or FP4 with
+    # sparsity): single precision and memory only. NVIDIA RTX 6000 Ada Generation datasheet (no URL found;
+    # its table as reproduced in github.com/atineoSE/coding-model-seeks-gpu, rtx6000ada_specs.md):
+    # "Single-precision performance 91.1 TFLOPS", "Memory bandwidth 960 GB/s" ("Tensor performance 1457.0
+    # TFLOPS": FP8, sparse).
+    # Its fp32 peak (91.1 TFLOPS, dual-issue) is not what a matmul reaches: memory only.
+    (r"RTX 6000 ADA GENERATION", _card("RTX 6000 Ada", {}, 960)),
+    # NVIDIA RTX PRO 6000 Blackwell Workstation Edition datasheet
+    # (https://www.nvidia.com/content/dam/en-zz/Solutions/data-center/rtx-pro-6000-blackwell-workstation-edition/workstation-blackwell-rtx-pro-6000-workstation-edition-nvidia-us-3519208-web.pdf):
+    # "Single-precision performance 125 TFLOPS", "Memory bandwidth 1792 GB/s" ("4000 AI TOPS": FP4, sparse).
+    # The Max-Q Workstation (300 W) and Server Editions are other boards, without a sourced figure here.
+    (
+        r"RTX PRO 6000 BLACKWELL WORKSTATION EDITION",
+        # Healthy cards measured 74-77 of its 125 fp32 TFLOPS (dual-issue peak): memory only.
+        _card("RTX PRO 6000 Blackwell Workstation", {}, 1792),
+    ),
 )
 _COMPILED = tuple((re.compile(pattern), spec) for pattern, spec in SPECS)
 # MIG GPU instances ("MIG 1g.10gb", "MIG 7g.80gb") and compute instances ("MIG 1c.4g.48gb").
