@@ -55,6 +55,9 @@ class UnparsedLine:
     line_no: int
     text: str
     reason: str
+    # An fstab line libmount still reads as an entry (mount -a and systemd's fstab generator see it),
+    # though mount(8) cannot mount it: the mount point it stands for. None: libmount refuses the line.
+    mount_point: str | None = None
 
 
 @dataclass(frozen=True)
@@ -283,12 +286,41 @@ class Package:
 
 
 @dataclass(frozen=True)
+class AerLogDevice:
+    """One PCI function's AER errors in the kernel log of the current boot (probes/aer_log.py), counted
+    as the kernel counts them in sysfs: one per error it printed for the function ("PCIe Bus Error:
+    severity=..."), the error bits it named by severity (``correctable:Timeout``), with the driver and
+    the ``[vendor:device]`` the log printed for it and its first lines."""
+
+    address: str  # "0000:07:00.0"
+    counts: AerCounts
+    driver: str | None = None  # "nvidia", "pcieport", "mlx5_core"
+    pci_id: str | None = None  # "10de:2184"
+    lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AerLog:
+    """The kernel log's PCIe AER errors per function, of the current boot only."""
+
+    devices: tuple[AerLogDevice, ...] = ()
+    # The kernel's AER service shows in the current boot ("AER: enabled with IRQ", the firmware granting
+    # the OS control of AER, or an error it handled): a function without errors then had none it saw.
+    service: bool = False
+    boots: int = 0  # boot banners in the text ("Linux version ...", journalctl's "-- Boot ... --")
+    earlier_boot_errors: int = 0  # errors before the last banner: counted, not judged
+    unreadable_lines: int = 0  # AER lines in no form the probe knows (judged: none of them)
+
+
+@dataclass(frozen=True)
 class KernelLog:
     text: str | None
     error: str | None = None  # why it could not be read (e.g. needs root)
 
     # The NVIDIA driver's GPU events since it last loaded, parsed by the probe.
     nvrm: NvrmLog = field(default_factory=lambda: NvrmLog((), 0, 0))
+    # PCIe AER errors the kernel printed in the current boot, parsed by the probe.
+    aer: AerLog = field(default_factory=AerLog)
 
 
 @dataclass(frozen=True)
@@ -465,9 +497,35 @@ class DcgmTest:
 
 
 @dataclass(frozen=True)
+class DcgmGpu:
+    """One GPU of `dcgmi discovery -l`, as DCGM names it: its GPU ID, name, PCI bus id (in NVML's
+    form, "0000:4c:00.0", where it reads as one; else as printed) and UUID. A value DCGM could not
+    fill is its blank marker ("<<<NULL>>>", NVIDIA/DCGM#229); None: the row has no such line."""
+
+    gpu_id: int
+    name: str | None = None
+    pci_bus_id: str | None = None
+    uuid: str | None = None
+    said: tuple[str, ...] = ()  # the row's other lines ("Error: Cannot get device attributes for GPU.")
+
+
+@dataclass(frozen=True)
+class DcgmDiscovery:
+    """`dcgmi discovery -l`: the GPUs DCGM sees, or why they could not be read."""
+
+    command: str
+    gpus: tuple[DcgmGpu, ...] = ()
+    note: str | None = None  # DCGM 4.5+: "Note: Use -a flag to show all GPUs, ... not active."
+    messages: tuple[str, ...] = ()  # DCGM's "Error: ..." lines outside the GPU table
+    returncode: int | None = None
+    timed_out: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class DcgmDiag:
     """A `dcgmi diag` run: its tests, or why there are none (not installed, no answer in time,
-    output that is no diagnostic)."""
+    output that is no diagnostic); and the GPUs DCGM listed after it (None: not listed)."""
 
     level: int
     command: str
@@ -477,6 +535,7 @@ class DcgmDiag:
     tests: tuple[DcgmTest, ...] = ()
     version: str | None = None
     error: str | None = None
+    discovery: DcgmDiscovery | None = None
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ prints no bf16/fp16 Tensor Core figure (RTX 6000 Ada, RTX PRO 6000 Blackwell Wor
 sparsity only; the A10G: none published) the entry has no such figure, and those dtypes are judged
 against the node's other GPUs only. Cards whose peak no sustained matmul holds and whose achieved
 share nobody published (the 70 W T4; the RTX 6000 Ada and RTX PRO 6000 Blackwell's dual-issue fp32
-peaks) keep their memory figure only: a default share would warn on healthy cards. Boards without a sourced figure (H20, L20, A30, A16, A2, H800 PCIe,
-A800 PCIe and 40GB, B100, RTX PRO 6000 Server and Max-Q Editions) get no spec.
+peaks) keep their memory figure only: a default share would warn on healthy cards. Boards without a
+sourced figure (H20, L20, A30, A16, A2, H800 PCIe, A800 PCIe and 40GB, B100, RTX PRO 6000 Server and
+Max-Q Editions) get no spec.
 
 What a healthy card reaches is lower than its datasheet: ``achievable`` is the fraction of the dense
 bf16 peak that a best-shape matmul search measured on healthy cards (ml-engineering's "Maximum

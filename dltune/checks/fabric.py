@@ -16,7 +16,7 @@ from typing import Any
 
 from dltune.checks import check, counter_rises
 from dltune.model import FailureClass, Result, Status
-from dltune.snapshot import AerCounts, Gpu, IbPort, PciDevice, Snapshot
+from dltune.snapshot import AerCounts, AerLogDevice, Gpu, IbPort, PciDevice, Snapshot
 
 # PCIe AER: correctable errors are retried by the link layer; many of them mean a marginal link
 # (riser, slot, signal integrity) that will soon drop to a lower speed or fail.
@@ -75,44 +75,122 @@ def _device_label(snap: Snapshot, device: PciDevice) -> str:
     return f"{DEVICE_NAMES.get(device.kind, device.kind)} {device.address}"
 
 
+# What the kernel log says sits at a function the PCI scan did not list: the vendor in its
+# "device [vendor:device]" line, else the driver that printed it.
+LOG_VENDORS = {"10de": "NVIDIA", "15b3": "Mellanox"}
+LOG_DRIVERS = {
+    "nvidia": "NVIDIA",
+    "nvidia-nvswitch": "NVIDIA",
+    "mlx5_core": "Mellanox",
+    "mlx4_core": "Mellanox",
+}
+SOURCE_SYSFS = "sysfs"
+SOURCE_LOG = "kernel log"
+
+
+def _below(snap: Snapshot, devices: Sequence[PciDevice]) -> str:
+    names = [_device_label(snap, d) for d in devices[:2]]
+    return ", ".join(names) + (f" and {len(devices) - 2} more" if len(devices) > 2 else "")
+
+
+def _logged_label(snap: Snapshot, logged: AerLogDevice) -> str | None:
+    """What sits at a function the kernel log names, where it is not a GPU, NVSwitch or adapter of the
+    PCI scan: the port above one (its link: the root port or a switch port), another function of one
+    (a GPU's audio function shares its link), or an NVIDIA or Mellanox function the scan did not list
+    (no PCI tree here) as the log names it. None: none of these, not this check's."""
+    address = logged.address
+    below = [d for d in snap.fabric.pci if address in d.bridges]
+    if below:
+        port = "root port" if all(d.bridges[0] == address for d in below) else "switch port"
+        return f"PCIe {port} {address} above {_below(snap, below)}"
+    for device in snap.fabric.pci:
+        if device.address.rsplit(".", 1)[0] == address.rsplit(".", 1)[0]:
+            return f"function {address} of {_device_label(snap, device)}"
+    vendor = LOG_VENDORS.get((logged.pci_id or "").split(":")[0]) or LOG_DRIVERS.get(logged.driver or "")
+    if vendor is None:
+        return None
+    named = " ".join(
+        part for part in (logged.driver, f"[{logged.pci_id}]" if logged.pci_id else None) if part
+    )
+    return f"{vendor} device {address} ({named}, as the kernel log names it)"
+
+
 @check("fabric.pcie_aer")
 def pcie_aer(snap: Snapshot) -> list[Result]:
-    """PCIe Advanced Error Reporting counters of every GPU, NVSwitch and RDMA adapter since boot."""
+    """PCIe Advanced Error Reporting errors of every GPU, NVSwitch and RDMA adapter since boot: the
+    kernel's sysfs counters where it keeps them, else its log of the current boot (and the log alone for
+    the ports above them and their other functions, whose counters dltune does not read)."""
     devices = snap.fabric.pci
-    if not devices:
+    log = snap.kernel_log
+    logged = {d.address: d for d in log.aer.devices} if log.text is not None else {}
+    fabric = {d.address for d in devices}
+    others = [
+        (entry, label)
+        for address, entry in sorted(logged.items())
+        if address not in fabric and (label := _logged_label(snap, entry)) is not None
+    ]
+    if not devices and not others:
         return [Result("fabric.pcie_aer", Status.SKIP, "no GPU, NVSwitch or RDMA adapter on the PCI bus")]
-    results = [_judge_aer(snap, device, device.aer) for device in devices if device.aer is not None]
+    # A kernel that keeps counters keeps them for every function with an AER capability: one without
+    # them there has none, and only its log lines (if any) speak for it.
+    counted = any(d.aer is not None for d in devices)
+    results = []
+    for device in devices:
+        label = _device_label(snap, device)
+        if device.aer is not None:
+            results.append(_judge_aer(snap, device.address, label, device.aer))
+        elif device.address in logged:
+            results.append(_judge_logged(snap, label, logged[device.address]))
+        elif not counted and log.text is not None and log.aer.service:
+            results.append(_judge_logged(snap, label, AerLogDevice(device.address, AerCounts(0, 0, 0))))
+    results.extend(_judge_logged(snap, label, entry) for entry, label in others)
     if not results:
+        why = (
+            f"kernel log not read: {log.error}"
+            if log.text is None
+            else "the kernel log shows no AER service in this boot either"
+        )
         return [
             Result(
                 "fabric.pcie_aer",
                 Status.SKIP,
                 f"the kernel keeps no AER statistics for the {len(devices)} GPU/adapter device(s) here "
-                "(AER off, or handled by the firmware)",
+                f"(AER off, or handled by the firmware); {why}",
             )
         ]
     return results
 
 
-def _judge_aer(snap: Snapshot, device: PciDevice, aer: AerCounts) -> Result:
-    label = _device_label(snap, device)
-    counters = {
-        name: value
-        for name, value in (
-            ("fatal", aer.fatal),
-            ("nonfatal", aer.nonfatal),
-            ("correctable", aer.correctable),
-        )
-        if value is not None
-    }
-    evidence = {"counters": counters, "nonzero": dict(aer.nonzero)}
-    rose = counter_rises(snap, "fabric.pcie_aer", device.address, counters)
+def _judge_logged(snap: Snapshot, label: str, entry: AerLogDevice) -> Result:
+    """A function's errors in the kernel log, judged as its sysfs counters would be."""
+    extra: dict[str, Any] = {"lines": list(entry.lines)}
+    if entry.driver:
+        extra["driver"] = entry.driver
+    if entry.pci_id:
+        extra["pci_id"] = entry.pci_id
+    return _judge_aer(snap, entry.address, label, entry.counts, SOURCE_LOG, extra)
+
+
+def _judge_aer(
+    snap: Snapshot,
+    address: str,
+    label: str,
+    aer: AerCounts,
+    source: str = SOURCE_SYSFS,
+    extra: Mapping[str, Any] | None = None,
+) -> Result:
+    totals = (("fatal", aer.fatal), ("nonfatal", aer.nonfatal), ("correctable", aer.correctable))
+    counters = {name: value for name, value in totals if value is not None}
+    # source: which decided, the kernel's counters ("sysfs") or its log ("kernel log"), never both.
+    evidence = {"counters": counters, "nonzero": dict(aer.nonzero), "source": source, **(extra or {})}
+    since = "since boot" if source == SOURCE_SYSFS else "in the kernel log since boot"
+    rose = counter_rises(snap, "fabric.pcie_aer", address, counters)
     if aer.fatal:
         return Result(
             "fabric.pcie_aer",
             Status.FAIL,
-            f"{label}: {aer.fatal} fatal PCIe error(s) since boot: the link was reset under the driver",
-            device.address,
+            f"{label}: {aer.fatal} fatal PCIe error(s) {since}: the link was reset under the driver",
+            address,
             evidence,
             "drain the node; reseat the device or riser and check the slot (the kernel log names the "
             "error); replace it if the errors return",
@@ -122,21 +200,20 @@ def _judge_aer(snap: Snapshot, device: PciDevice, aer: AerCounts) -> Result:
         return Result(
             "fabric.pcie_aer",
             Status.FAIL,
-            f"{label}: {aer.nonfatal} uncorrectable (non-fatal) PCIe error(s) since boot: transfers "
-            "were lost",
-            device.address,
+            f"{label}: {aer.nonfatal} uncorrectable (non-fatal) PCIe error(s) {since}: transfers were lost",
+            address,
             evidence,
             "check the kernel log for the failing requests; reseat or replace the device if they recur",
         )
     if (aer.correctable or 0) >= AER_CORRECTABLE_WARN or rose.get(
         "correctable", 0
     ) >= AER_CORRECTABLE_RISE_WARN:
-        since = f", {rose['correctable']} since the previous audit" if rose.get("correctable") else ""
+        rise = f", {rose['correctable']} since the previous audit" if rose.get("correctable") else ""
         return Result(
             "fabric.pcie_aer",
             Status.WARN,
-            f"{label}: {aer.correctable} correctable PCIe errors since boot{since}: a marginal link",
-            device.address,
+            f"{label}: {aer.correctable} correctable PCIe errors {since}{rise}: a marginal link",
+            address,
             {**evidence, "rose": rose},
             "a marginal PCIe link (riser, slot, cable) retries transfers and later drops speed or "
             "fails: reseat the device at the next maintenance",
@@ -144,8 +221,8 @@ def _judge_aer(snap: Snapshot, device: PciDevice, aer: AerCounts) -> Result:
     return Result(
         "fabric.pcie_aer",
         Status.PASS,
-        f"{label}: no uncorrectable PCIe errors, {aer.correctable or 0} correctable since boot",
-        device.address,
+        f"{label}: no uncorrectable PCIe errors, {aer.correctable or 0} correctable {since}",
+        address,
         evidence,
     )
 

@@ -424,8 +424,11 @@ def _fstab_lines(snap: Snapshot) -> Result:
         f"{len(lines)} fstab line(s) mount(8) cannot use",
         evidence={
             **counts,
+            # mount_point: a line libmount still reads (a type field holding options) stands for that
+            # mount point in mount -a and systemd's generator; None: libmount ignores the line.
             "lines": [
-                {"line_no": u.line_no, "text": u.text, "reason": u.reason} for u in snap.fstab.unparsed
+                {"line_no": u.line_no, "text": u.text, "reason": u.reason, "mount_point": u.mount_point}
+                for u in snap.fstab.unparsed
             ],
         },
         remedy="fix or comment out the lines in /etc/fstab (findmnt --verify shows them too)",

@@ -27,6 +27,7 @@ from dltune.probes.watchdog import Deadline
 
 if TYPE_CHECKING:
     from dltune.bench.judge import TorchCuda
+    from dltune.snapshot import NvmlState
 
 
 # long: mostly its option declarations
@@ -88,7 +89,11 @@ def check(
     busy = {g.index: g.compute_pids for g in snapshot.nvml.gpus if g.compute_pids}
     if dcgm is not None:
         results += _dcgm_results(
-            dcgm, dcgm_timeout or DCGM_TIMEOUT_S[dcgm], bench_gate(results, busy, True, False), nvml_timeout
+            dcgm,
+            dcgm_timeout or DCGM_TIMEOUT_S[dcgm],
+            bench_gate(results, busy, True, False),
+            nvml_timeout,
+            snapshot.nvml,
         )
     gate = bench_gate(results, busy, _torch_installed(), no_bench)
     if gate is None and device != "cpu":  # --device cpu: the CPU was asked for, whatever torch sees
@@ -107,10 +112,14 @@ def check(
     raise typer.Exit(check_exit_code(results))
 
 
-def _dcgm_results(level: int, seconds: float, blocked: Result | None, nvml_timeout: float) -> list[Result]:
-    """DCGM's diagnostic at ``level``, unless the audit says the GPUs must not be loaded now."""
+def _dcgm_results(
+    level: int, seconds: float, blocked: Result | None, nvml_timeout: float, nvml: NvmlState
+) -> list[Result]:
+    """DCGM's diagnostic at ``level``, unless the audit says the GPUs must not be loaded now; where it
+    ran, the GPUs DCGM lists, compared with the audit's NVML view (a DCGM that cannot see or name them
+    does not pass)."""
     from dltune.checks.dcgm import dcgm as judge_dcgm
-    from dltune.probes.dcgm import run_dcgm_diag
+    from dltune.probes.dcgm import DISCOVERY_TIMEOUT_S, run_dcgm_diag, run_dcgm_discovery
     from dltune.probes.runner import SubprocessRunner
     from dltune.snapshot import Snapshot
 
@@ -119,7 +128,9 @@ def _dcgm_results(level: int, seconds: float, blocked: Result | None, nvml_timeo
         return [Result("gpu.dcgm", Status.SKIP, why, evidence=dict(blocked.evidence), remedy=blocked.remedy)]
     progress_console().print(f"dltune check: audit done; DCGM level {level} next (up to {seconds:g} s)")
     diag = run_dcgm_diag(SubprocessRunner(), level, seconds)
-    snapshot = Snapshot(root="/", dcgm=diag)
+    if diag.error is None and diag.tests:
+        diag = replace(diag, discovery=run_dcgm_discovery(SubprocessRunner(), DISCOVERY_TIMEOUT_S))
+    snapshot = Snapshot(root="/", dcgm=diag, nvml=nvml)
     if diag.timed_out:  # whether the GPUs still answer now decides how grave the timeout is
         from dltune.probes.nvml import probe_nvml_in_child
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from dltune.probes.clock import read_time_sync
 from dltune.probes.cpu import read_cpu_frequency
-from dltune.probes.dcgm import CLIENT_GRACE_S, DCGM_TIMEOUT_S, run_dcgm_diag
+from dltune.probes.dcgm import read_dcgm
 from dltune.probes.fabric import read_fabric
 from dltune.probes.hostfs import HostFS
 from dltune.probes.jobenv import (
@@ -38,7 +38,6 @@ from dltune.probes.storage import data_mount_points, meminfo_kb, resolve_uuids, 
 from dltune.probes.watchdog import Deadline
 from dltune.snapshot import (
     NFS_FSTYPES,
-    DcgmDiag,
     Fabric,
     Fstab,
     KernelLog,
@@ -117,8 +116,8 @@ def collect_snapshot(
     )
     kernel_log = (
         read_kernel_log(fs, runner, euid)
-        if needed("gpu", "system")
-        else KernelLog(None, "not probed: gpu and system areas not asked for")
+        if needed("gpu", "system", "fabric")
+        else KernelLog(None, "not probed: gpu, system and fabric areas not asked for")
     )
     # Each probe into a named local, in the order they run: NVML's answer comes before the Slurm job
     # query that asks only when a GPU runs a process; the deadline's misses are read last.
@@ -142,7 +141,7 @@ def collect_snapshot(
     )
     driver_packages = read_driver_packages(fs) if needed("driver", "fabric") else None
     fabric = read_fabric(fs, expected, nvidia_version, deadline) if needed("fabric") else Fabric()
-    dcgm = _dcgm(runner, dcgm_level, deadline) if dcgm_level and needed("gpu") else None
+    dcgm = read_dcgm(runner, dcgm_level, deadline) if dcgm_level and needed("gpu") else None
     vip_routes = {vip: route_to(runner, vip) for vip in _manifest_vips(expected)} if needed("network") else {}
     # statfs on a dead NFS server would hang: only the nfs area asks, each in a killable child, and
     # never under a fixture --root (the mounts there are not this host's).
@@ -203,17 +202,6 @@ def collect_snapshot(
         errors=errors,
         missed=dict(deadline.missed),  # last: after every probe above has run
     )
-
-
-def _dcgm(runner: CommandRunner, level: int, deadline: Deadline) -> DcgmDiag:
-    """The diagnostic within what is left of the audit's time (DCGM aborts it itself when late)."""
-    seconds = deadline.limit(DCGM_TIMEOUT_S[level] + CLIENT_GRACE_S) - CLIENT_GRACE_S
-    if seconds < 1:
-        deadline.missed["dcgm"] = "DCGM's diagnostic (gpu area): not enough of the audit's --timeout left"
-        return DcgmDiag(
-            level, "dcgmi diag", timed_out=True, error="not run: the audit's --timeout was too short"
-        )
-    return run_dcgm_diag(runner, level, seconds)
 
 
 def _nvml_state(future: Future[NvmlState] | None, fs: HostFS) -> NvmlState:

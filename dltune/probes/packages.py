@@ -1,10 +1,11 @@
-"""dpkg's package database and the kernel log, as the driver and gpu areas need them."""
+"""dpkg's package database and the kernel log, as the driver, gpu and fabric areas need them."""
 
 from __future__ import annotations
 
 import os
 import re
 
+from dltune.probes.aer_log import parse_aer_log
 from dltune.probes.hostfs import HostFS
 from dltune.probes.nvrm import parse_nvrm
 from dltune.probes.runner import CommandRunner
@@ -55,5 +56,5 @@ def read_kernel_log(fs: HostFS, runner: CommandRunner, euid: int | None = None) 
 
 
 def kernel_log_of(text: str) -> KernelLog:
-    """A kernel log as read, with the NVIDIA driver's GPU events parsed from it."""
-    return KernelLog(text, nvrm=parse_nvrm(text))
+    """A kernel log as read, with the NVIDIA driver's GPU events and the PCIe AER errors parsed from it."""
+    return KernelLog(text, nvrm=parse_nvrm(text), aer=parse_aer_log(text))

@@ -34,9 +34,11 @@ def _escape(text: str) -> str:
 
 
 def _entry_fields(line: str) -> list[re.Match[str]] | None:
-    """The fields of an fstab line mount(8) uses; None for comments, blank and unusable lines (the same
-    rules as dltune's audit parser: at least 3 fields, numeric dump and pass, and like libmount's
-    parser nothing read after the pass number)."""
+    """The fields of an fstab line mount(8) uses; None for comments, blank and unusable lines (libmount's
+    rules, as dltune's audit parser: at least 3 fields, numeric dump and pass, nothing read after the
+    pass number). A line whose type field holds mount options is kept here, where the audit reports it
+    unparsed: libmount and systemd still read it for its mount point, so the role replaces it in place
+    rather than adding a second line for the same mount point."""
     stripped = line.strip(" \t\r")
     if not stripped or stripped.startswith("#"):
         return None

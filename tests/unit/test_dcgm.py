@@ -183,6 +183,6 @@ def test_check_does_not_load_gpus_the_audit_found_unfit() -> None:
     from dltune.commands.check import _dcgm_results
 
     blocked = Result("bench.run", Status.SKIP, "bench not run: critical check(s) failed: gpu.ecc")
-    (result,) = _dcgm_results(2, 600, blocked, 5.0)
+    (result,) = _dcgm_results(2, 600, blocked, 5.0, NvmlState(False))
     assert result.id == "gpu.dcgm" and result.status is Status.SKIP
     assert result.summary == "DCGM's diagnostic not run: critical check(s) failed: gpu.ecc"

@@ -479,7 +479,8 @@ def test_aer_verdicts(
         )
         if value is not None
     }
-    evidence: dict[str, Any] = {"counters": counters, "nonzero": dict(aer.nonzero)}
+    # source: the kernel's sysfs counters decided (a kernel without them: its log, test_aer_kernel_log.py)
+    evidence: dict[str, Any] = {"counters": counters, "nonzero": dict(aer.nonzero), "source": "sysfs"}
     if rose is not None:
         evidence["rose"] = rose
     node = aer_snapshot(aer, {"fabric.pcie_aer|0000:18:00.0": previous} if previous else None)
