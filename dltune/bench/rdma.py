@@ -34,8 +34,10 @@ CONNECT_S = 60
 PASS_GBPS = {400: 380.0, 200: 180.0}
 OTHER_SHARE = 0.9
 FAIL_SHARE = 0.5
-# perftest's MB/sec is 2^20 bytes per second; its Gb/sec is 10^9 bits per second.
+# perftest's MB/sec is 2^20 bytes per second (newer releases print it as MiB/sec); its Gb/sec is
+# 10^9 bits per second.
 MIB_S_IN_GBPS = 1048576 * 8 / 1e9
+GBPS_PER_UNIT = {"Gb/sec": 1.0, "MB/sec": MIB_S_IN_GBPS, "MiB/sec": MIB_S_IN_GBPS}
 PEERMEM = "/sys/module/nvidia_peermem"
 
 
@@ -72,7 +74,7 @@ def parse(text: str) -> Measured | None:
     largest is its plateau), in Gb/s whichever unit perftest printed; None without a complete table."""
     header = _HEADER.search(text)
     unit = header["unit"].strip() if header else None
-    if header is None or unit not in ("Gb/sec", "MB/sec"):
+    if header is None or unit not in GBPS_PER_UNIT:
         return None
     table = text[header.end() :]
     end = table.find("\n---")
@@ -80,7 +82,7 @@ def parse(text: str) -> Measured | None:
     if not rows:
         return None
     row = max(rows, key=lambda r: int(r["bytes"]))
-    scale = 1.0 if unit == "Gb/sec" else MIB_S_IN_GBPS
+    scale = GBPS_PER_UNIT[unit]
     link = _LINK.search(text)
     return Measured(
         int(row["bytes"]),
@@ -88,6 +90,13 @@ def parse(text: str) -> Measured | None:
         float(row["avg"]) * scale,
         link["type"] if link else None,
     )
+
+
+# perftest's words when the adapter cannot register the buffer (ibv_reg_mr): on a --use_cuda run, the GPU's
+# memory cannot be given to the adapter, GPUDirect RDMA does not work (linux-rdma/perftest #31, #126).
+MR_FAILURE = re.compile(
+    r"Couldn't (?:allocate|register|create) MR|ibv_reg_mr failed|Failed to register (?:the )?MR"
+)
 
 
 def pass_line(rate_gbps: float) -> float:
@@ -101,6 +110,17 @@ def judge_port(
     where = f"{subject} to {peer}" + (
         f" (GPUDirect RDMA, GPU {cuda})" if cuda is not None else " (host memory)"
     )
+    if measured is None and cuda is not None and error and MR_FAILURE.search(error):
+        return Result(
+            "bench.rdma",
+            Status.FAIL,
+            f"{where}: GPUDirect RDMA cannot register GPU memory with the adapter ({error})",
+            subject=subject,
+            evidence={"error": error},
+            remedy="load nvidia_peermem (`modprobe nvidia-peermem`), or use the DMA-BUF path (the open GPU "
+            "kernel modules on Linux 5.12 or later); `dltune audit --only fabric` judges it "
+            "(fabric.gpudirect); a vGPU or a GPU without peer memory support cannot do it",
+        )
     if measured is None:
         return Result(
             "bench.rdma",
@@ -196,8 +216,12 @@ def connect(
                 break
             measured = parse(done.stdout) if done.returncode == 0 else None
             if measured is not None or time.monotonic() >= until:
+                said = (done.stderr + "\n" + done.stdout).strip().splitlines()
+                registration = next((line.strip() for line in said if MR_FAILURE.search(line)), None)
                 error = (
-                    None if measured else (done.stderr.strip().splitlines() or ["no result row"])[-1][:300]
+                    None
+                    if measured
+                    else (registration or (done.stderr.strip().splitlines() or ["no result row"])[-1])[:300]
                 )
                 break
             time.sleep(1)

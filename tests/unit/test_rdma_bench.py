@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import threading
 from pathlib import Path
 
@@ -145,3 +146,79 @@ def test_mb_per_second_tables_are_converted_and_no_table_is_no_figure() -> None:
     assert rdma.parse(text).average_gbps == pytest.approx(196.80 * 1048576 * 8 / 1e9)  # type: ignore[union-attr]
     assert rdma.parse("Couldn't connect to 10.0.0.2:18515") is None
     assert rdma.parse(published("ib_write_bw-hdr-mt4123-cn.txt").replace("[Gb/sec]", "[Kb/sec]")) is None
+
+
+HUNDRED_GBE = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", rate_gbps=100.0, link_layer="Ethernet")
+
+
+def test_published_gpudirect_runs_at_their_ports_rate_pass() -> None:
+    """--use_cuda runs published as working: NVIDIA's GPU Operator docs (dma-buf over RoCE, "approximately
+    92 Gbps", a 100 GbE port inferred) and an OpenShift demo (T4 over RoCE, 22.99 Gb/s, 25 GbE inferred);
+    the block indented inside reStructuredText is read the same."""
+    docs = rdma.parse(published("ib_write_bw-roce-gpu-operator-docs-cuda-dmabuf.txt"))
+    assert docs == rdma.Measured(8388608, 92.39, 92.39, "Ethernet")
+    assert rdma.judge_port(HUNDRED_GBE, "192.168.38.90", docs, None, 0).status is Status.PASS
+    t4 = rdma.parse(published("ib_write_bw-t4-openshift-addon-roce-cuda.txt"))
+    assert t4 == rdma.Measured(8388608, 23.01, 22.99, "Ethernet")
+    roce25 = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", rate_gbps=25.0, link_layer="Ethernet")
+    assert rdma.judge_port(roce25, "server", t4, None, 0).status is Status.PASS
+
+
+def test_a_gpudirect_run_without_a_port_rate_is_reported_and_judged_only_against_a_rate() -> None:
+    """The T9k guide's A100-SXM4-80GB pair over IB (ConnectX-6; tabs inside the rows): 80.96 Gb/s, no
+    port rate printed, so no line to judge by; on the 100 Gb/s ports the same guide's host run suggests
+    (98.38 Gb/s between two other nodes) it is below the 90 Gb/s line."""
+    a100 = rdma.parse(published("ib_write_bw-a100-sxm4-t9k-cn-cuda.txt"))
+    assert a100 == rdma.Measured(8388608, 81.02, 80.96, "IB")
+    unknown = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp")
+    result = rdma.judge_port(unknown, "10.233.120.114", a100, None, 0)
+    assert result.status is Status.PASS and "judged_against" not in result.evidence
+    hdr100 = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", rate_gbps=100.0)
+    assert rdma.judge_port(hdr100, "10.233.120.114", a100, None, 0).status is Status.WARN
+
+
+def test_newer_perftests_mib_per_second_tables_are_read_as_mb_per_second() -> None:
+    """perftest's newer releases print MiB/sec (the same 2^20 bytes per second older ones call MB/sec):
+    the RTX 4080 GPUDirect sample, published as working, gives its figure; an unknown unit still none."""
+    text = published("ib_write_bw-rtx4080-p2p-driver-cuda-mib.txt")
+    rtx = rdma.parse(text)
+    assert rtx is not None and rtx.message_bytes == 65536 and rtx.link_type == "IB"
+    assert rtx.average_gbps == pytest.approx(14948.67 * 1048576 * 8 / 1e9)
+    assert rtx.average_gbps == pytest.approx(125.40, abs=0.01)
+    assert rdma.parse(text.replace("[MiB/sec]", "[MB/sec]")) == rtx
+    assert rdma.parse(text.replace("[MiB/sec]", "[KiB/sec]")) is None
+
+
+@pytest.mark.parametrize(
+    "name", ["ib_write_bw-perftest126-a30-vgpu-cuda-no-mr.txt", "ib_write_bw-perftest31-k80-cuda-no-mr.txt"]
+)
+def test_gpudirect_that_cannot_register_gpu_memory_fails_naming_peermem(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """perftest #126 and #31: "Couldn't allocate MR" on the GPU buffer, no table: GPUDirect RDMA does not
+    work on that node (the issues' answers: load nvidia-peermem; a vGPU cannot). Through the client's own
+    loop (one try: no retry window) the port fails, the summary quoting perftest's MR line."""
+    body = published(name)
+    assert rdma.parse(body) is None and "Couldn't allocate MR" in body
+    monkeypatch.setattr(rdma, "CONNECT_S", 0)
+
+    def failed(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, stdout="", stderr=body)
+
+    (result,) = rdma.connect([NDR], "node2", 29620, [0], run=failed)
+    assert result.status is Status.FAIL, result.summary
+    assert "GPUDirect RDMA cannot register GPU memory with the adapter (" in result.summary
+    assert "Couldn't allocate MR" in result.summary and "GPU 0" in result.summary
+    assert result.remedy and result.remedy.startswith("load nvidia_peermem")
+
+
+def test_a_host_memory_run_that_cannot_register_its_buffer_is_an_error_not_a_gpudirect_fail() -> None:
+    """The same words without --use_cuda say nothing about GPUDirect: no figure, an error as before."""
+    (result,) = rdma.connect(
+        [NDR],
+        "node2",
+        29620,
+        [None],
+        run=lambda argv, timeout: subprocess.CompletedProcess(argv, 1, "", " Couldn't allocate MR\n"),
+    )
+    assert result.status is Status.ERROR and "gave no figure" in result.summary
