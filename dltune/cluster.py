@@ -204,6 +204,20 @@ def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:
                     }
                     for b in behind_the_fleet(nodes)
                 ],
+                "sdc_fleet": [
+                    {
+                        "host": o.host,
+                        "gpu": o.gpu,
+                        "devices": o.devices,
+                        "agree": o.agree,
+                        "digest": o.digest,
+                        "fleet_digest": o.fleet_digest,
+                        "agreeing": o.agreeing,
+                        "nodes": o.nodes,
+                        "step": o.step,
+                    }
+                    for o in sdc_outliers(nodes)
+                ],
             },
             indent=2,
             allow_nan=False,  # node files with NaN or Infinity are invalid nodes: none can be here
@@ -347,7 +361,8 @@ def _first_rows(table: Table, rows: int) -> Table:
 
 
 def _print_fleet_notes(nodes: Sequence[NodeReport], console: Console) -> None:
-    """What no single row shows: a shared dependency many nodes fail on, GPU firmware that differs."""
+    """What no single row shows: a shared dependency many nodes fail on, GPU firmware that differs, GPU
+    figures behind the fleet's, a node whose replay digests differ from the fleet's."""
     for dependency, hosts, checks in shared_failures(nodes):
         console.print(
             Text(
@@ -366,6 +381,8 @@ def _print_fleet_notes(nodes: Sequence[NodeReport], console: Console) -> None:
     if len(laggards) > SHOWN_BEHIND:
         more = len(laggards) - SHOWN_BEHIND
         console.print(Text(f"+{more} more GPU figure(s) behind the fleet (report.html)"))
+    for odd in sdc_outliers(nodes):
+        console.print(Text(f"replay differs from the fleet's: {odd.said()}", style="bold red"))
 
 
 def shared_failures(nodes: Sequence[NodeReport]) -> list[tuple[str, list[str], list[str]]]:
@@ -504,6 +521,163 @@ def behind_the_fleet(nodes: Sequence[NodeReport], behind: float = FLEET_BEHIND) 
             if value < median * (1.0 - behind):
                 found.append(BehindFleet(host, device, gpu, figure, unit, value, median, len(hosts)))
     return sorted(found, key=lambda b: (-b.behind, b.host, b.device, b.figure))
+
+
+# Silent data corruption across the fleet (bench.sdc): every node replays the same seeded training on
+# its GPUs and records the weights' digest after each step with the replay's key (the replay itself,
+# PyTorch, CUDA, cuBLAS, the driver, CUBLAS_WORKSPACE_CONFIG, the GPU model). Nodes whose key is the
+# same must compute the same digests. A node whose GPUs agree with each other but not with the
+# majority of such nodes computes wrong as a whole (or differs in what the key does not record), which
+# its own comparison of its GPUs cannot see; on a node whose GPUs disagree (two GPUs: no majority on
+# the node) the fleet's majority names the GPU that differs. Each node whose GPUs agree is one vote;
+# naming a GPU of a node that disagrees takes a majority of at least two such nodes. GPUs only: a CPU's
+# result also depends on its microarchitecture (MKL and oneDNN pick kernels by it), which the key does
+# not name.
+SDC_NONE = (
+    "every node's GPUs replayed the seeded training as the other nodes with the same key did "
+    "(compared where 2 or more nodes share a key)"
+)
+SDC_ARBITERS = 2
+
+
+@dataclass(frozen=True)
+class SdcOutlier:
+    """GPUs of one node whose bench.sdc digests differ from the fleet's for the same replay key."""
+
+    host: str
+    gpu: str
+    devices: list[str]  # the node's GPUs of this model that differ from the fleet's majority
+    agree: bool  # the node's GPUs agree with each other (else: its own bench.sdc failed)
+    digest: str  # the weights' digest of the first of them after the last step
+    fleet_digest: str | None  # the majority's, None where the nodes with the key have no majority
+    agreeing: int  # nodes with the majority's digests (0: no majority)
+    nodes: int  # nodes with this key whose GPUs agree with each other
+    step: int  # the first step at which these digests leave the majority's (or part, without one)
+
+    def said(self) -> str:
+        where = "before training" if self.step == 0 else f"from step {self.step}"
+        if not self.agree:
+            return (
+                f"{self.host} {', '.join(self.devices)} ({self.gpu}; the node's GPUs disagree): differs "
+                f"{where} from what {self.agreeing} of the {self.nodes} nodes with the same replay key "
+                "computed: computes wrong (silent data corruption)"
+            )
+        gpus = f"its {len(self.devices)} {self.gpu} GPU(s) agree with each other"
+        if self.fleet_digest is None:
+            return (
+                f"{self.host}: {gpus}, but the {self.nodes} nodes with the same replay key have no majority "
+                f"(they part {where}): at least one computes wrong"
+            )
+        return (
+            f"{self.host}: {gpus}, but not with {self.agreeing} of the {self.nodes} nodes with the same "
+            f"replay key, {where}: the node computes wrong (silent data corruption), or differs in what the "
+            "key does not record"
+        )
+
+
+def _sdc_traces(result: dict[str, Any]) -> tuple[str, str, dict[str, tuple[str, ...]]] | None:
+    """(fleet key, GPU model, device -> digests per step) of one bench.sdc result, its GPUs only; None
+    for a result that is not one, or holds no well-formed digests."""
+    evidence = result.get("evidence")
+    if result.get("id") != "bench.sdc" or not isinstance(evidence, dict):
+        return None
+    key, devices = evidence.get("key"), evidence.get("devices")
+    if not isinstance(key, dict) or not isinstance(devices, dict) or not isinstance(key.get("gpu"), str):
+        return None
+    traces = {}
+    for device, replay in devices.items():
+        steps = replay.get("steps") if isinstance(replay, dict) else None
+        well_formed = isinstance(steps, list) and steps and all(isinstance(s, str) for s in steps)
+        if str(device).startswith("cuda") and well_formed:
+            traces[str(device)] = tuple(steps)  # type: ignore[arg-type]
+    if not traces:
+        return None
+    return json.dumps(key, sort_keys=True), key["gpu"], traces
+
+
+def _parting(one: Sequence[str], other: Sequence[str]) -> int:
+    """The first step (0: before training) at which two replays' digests differ."""
+    return next(
+        (i for i, (a, b) in enumerate(zip(one, other, strict=False)) if a != b), min(len(one), len(other))
+    )
+
+
+@dataclass
+class _SdcKey:
+    """One replay key's nodes: each node's GPUs of that key with their digests per step, from every
+    report of the node (`dltune check` and `dltune bench` both replay: a GPU may appear twice)."""
+
+    gpu: str
+    replays: dict[str, list[tuple[str, tuple[str, ...]]]] = field(default_factory=dict)  # host -> replays
+
+    def votes(self) -> dict[str, tuple[str, ...]]:
+        """The nodes whose GPUs agree with each other in every report, with their one trace."""
+        distinct = {host: {trace for _, trace in replays} for host, replays in self.replays.items()}
+        return {host: next(iter(traces)) for host, traces in distinct.items() if len(traces) == 1}
+
+    def devices(self, host: str, unlike: tuple[str, ...] | None = None) -> list[str]:
+        """The node's GPUs of this key (those whose digests are not `unlike`'s, if given)."""
+        return sorted({device for device, trace in self.replays[host] if trace != unlike})
+
+
+def _sdc_keys(nodes: Sequence[NodeReport]) -> list[_SdcKey]:
+    keys: dict[str, _SdcKey] = {}
+    for node in nodes:
+        if node.problem or node.stale:
+            continue
+        for r in node.results:
+            found = _sdc_traces(r)
+            if found is not None:
+                key, gpu, traces = found
+                keys.setdefault(key, _SdcKey(gpu)).replays.setdefault(node.host, []).extend(traces.items())
+    return list(keys.values())
+
+
+def sdc_outliers(nodes: Sequence[NodeReport]) -> list[SdcOutlier]:
+    """For each replay key: the nodes whose GPUs agree with each other but not with the majority of
+    such nodes (with no majority, every one of them), and the GPUs of nodes that disagree within which
+    differ from a majority of at least SDC_ARBITERS nodes. Stale reports are not compared."""
+    found = []
+    for key in _sdc_keys(nodes):
+        votes = key.votes()
+        counts: dict[tuple[str, ...], int] = {}
+        for trace in votes.values():
+            counts[trace] = counts.get(trace, 0) + 1
+        majority, agreeing = max(counts.items(), key=lambda item: item[1], default=((), 0))
+        has_majority = agreeing * 2 > len(votes)
+        if len(counts) > 1:
+            parting = min(_parting(a, b) for a in counts for b in counts if a != b)
+            for host, trace in votes.items():
+                if not (has_majority and trace == majority):
+                    step = _parting(trace, majority) if has_majority else parting
+                    shown = majority[-1] if has_majority else None
+                    found.append(
+                        SdcOutlier(
+                            host,
+                            key.gpu,
+                            key.devices(host),
+                            True,
+                            trace[-1],
+                            shown,
+                            agreeing if has_majority else 0,
+                            len(votes),
+                            step,
+                        )
+                    )
+        if not has_majority or agreeing < SDC_ARBITERS:
+            continue
+        for host, replays in key.replays.items():
+            odd = [trace for _, trace in sorted(replays) if trace != majority]
+            if host in votes or not odd:
+                continue
+            step = min(_parting(t, majority) for t in odd)
+            devices = key.devices(host, unlike=majority)
+            found.append(
+                SdcOutlier(
+                    host, key.gpu, devices, False, odd[0][-1], majority[-1], agreeing, len(votes), step
+                )
+            )
+    return sorted(found, key=lambda o: (o.host, o.gpu, o.devices))
 
 
 # A chart draws at most this many bars (the lowest: the ones to look at); every value is also one tick
@@ -664,6 +838,7 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
         for host, what in sorted(firmware_outliers(nodes).items())
     )
     laggards = "".join(f"<li>{esc(b.said())}</li>" for b in behind_the_fleet(nodes))
+    replays = "".join(f"<li>{esc(o.said())}</li>" for o in sdc_outliers(nodes))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dltune report</title>
 <style>
@@ -687,6 +862,7 @@ its area's checks, click it for the node's findings.</p>
 <th>remedy</th><th>evidence</th></tr>{"".join(findings) or '<tr><td colspan="7">none</td></tr>'}</table>
 <h2>GPU firmware</h2>{f"<ul>{outliers}</ul>" if outliers else f"<p>{SAME_FIRMWARE}</p>"}
 <h2>Behind the fleet</h2>{f"<ul>{laggards}</ul>" if laggards else f"<p>{FLEET_NONE}</p>"}
+<h2>Silent data corruption across the fleet</h2>{f"<ul>{replays}</ul>" if replays else f"<p>{SDC_NONE}</p>"}
 <h2>Benchmarks</h2>{charts or "<p>no bench results in these reports</p>"}
 </body></html>
 """

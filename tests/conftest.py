@@ -12,6 +12,18 @@ from types import ModuleType
 
 import pytest
 
+# The bench's replay tests (test_bench_sdc.py) import PyTorch in-process, after pytest-testinfra has
+# imported ansible, whose module_utils replace sys.intern with a patch object; torch._dynamo registers a
+# stand-in for sys.intern when it is imported and refuses anything but a function. Imported here once,
+# with a function in its place for that moment.
+if importlib.util.find_spec("torch") is not None and "torch" not in sys.modules:
+    _intern = sys.intern
+    sys.intern = lambda string: _intern(string)
+    try:
+        import torch._dynamo  # noqa: F401  (the optimizers import it at their first step)
+    finally:
+        sys.intern = _intern
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 COLLECTIONS_ROOT = REPO_ROOT / "collections"

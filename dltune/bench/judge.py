@@ -991,6 +991,165 @@ def judge_determinism_refused(message: str, variable_at_start: str | None, devic
     )
 
 
+@dataclass(frozen=True)
+class SdcRun:
+    """One device's replay for bench.sdc (measure.sdc_replay): the sha256 of its weights before training
+    (step 0) and after each step, or what PyTorch refused."""
+
+    device: str  # "cuda:3"; on a CPU "cpu#1" and "cpu#2", two runs that stand for two devices
+    name: str  # the device's model (NVML/torch name): devices are compared within one model
+    digests: tuple[str, ...] = ()
+    error: str | None = None
+
+
+SDC_REMEDY = (
+    "a GPU that computes wrong must not train: keep the node out of scheduling, rerun `dltune bench` "
+    "(the same device diverging again is the GPU, not a passing event), run DCGM's diagnostic "
+    "(`dltune check --dcgm 3`), then replace the GPU; the evidence holds every device's digest per step"
+)
+SDC_NO_MAJORITY_REMEDY = (
+    "a GPU that computes wrong must not train: keep the node out of scheduling; with no majority on the "
+    "node, `dltune report` over nodes with the same replay key names the GPU whose digest differs from "
+    "the fleet's (or run DCGM's diagnostic, `dltune check --dcgm 3`); then replace it"
+)
+
+
+def _step_said(step: int) -> str:
+    return "before training (the weights as copied to the device)" if step == 0 else f"at step {step}"
+
+
+def _first_difference(one: Sequence[str], other: Sequence[str]) -> int:
+    """The first step (0: before training) at which two replays' digests differ."""
+    return next(
+        (i for i, (a, b) in enumerate(zip(one, other, strict=False)) if a != b), min(len(one), len(other))
+    )
+
+
+def judge_sdc(runs: Sequence[SdcRun], key: Mapping[str, Any], injected: str | None = None) -> list[Result]:
+    """bench.sdc, one result per device model on the node: the replays' digests compared bit for bit.
+    A device whose digests differ from the majority's fails, critical, naming it and the first step it
+    left them; with no majority (two devices that differ) every device is named. `key` is what the
+    digests depend on besides the hardware (measure.sdc_key; the model is added here): `dltune report`
+    compares the digests of nodes with the same key. `injected`: the test seam's flip, said so."""
+    groups: dict[str, list[SdcRun]] = {}
+    for run in runs:
+        groups.setdefault(run.name, []).append(run)
+    return [_judge_sdc_model(name, group, key, injected) for name, group in groups.items()]
+
+
+def _sdc_divergence(
+    name: str, noun: str, ran: Sequence[SdcRun], steps: int
+) -> tuple[str, str, dict[str, int]] | None:
+    """(summary, remedy, device -> first step it left the others) when the replays differ, else None:
+    the devices outside a majority's digests, or with no majority every device, parting where the
+    replays first part."""
+    traces: dict[tuple[str, ...], list[str]] = {}
+    for r in ran:
+        traces.setdefault(r.digests, []).append(r.device)
+    if len(traces) < 2:
+        return None
+    majority, holders = max(traces.items(), key=lambda item: len(item[1]))
+    if len(holders) * 2 > len(ran):
+        diverged = {r.device: _first_difference(r.digests, majority) for r in ran if r.digests != majority}
+        named = ", ".join(f"{d} ({_step_said(s)})" for d, s in diverged.items())
+        summary = (
+            f"{named} computed differently from the other {len(holders)} {name} {noun} of this node: the "
+            f"same seeded training replay ({steps} steps) gave weights that are not bit for bit theirs, "
+            "silent data corruption"
+        )
+        return summary, SDC_REMEDY, diverged
+    parted = min(_first_difference(a, b) for a in traces for b in traces if a != b)
+    summary = (
+        f"no majority among {len(ran)} {name} {noun}: {', '.join(r.device for r in ran)} replayed the same "
+        f"seeded training to {len(traces)} different results, parting {_step_said(parted)} of {steps}: at "
+        "least one computes wrong (silent data corruption), the node alone cannot say which"
+    )
+    return summary, SDC_NO_MAJORITY_REMEDY, {r.device: parted for r in ran}
+
+
+def _sdc_refused(refused: Sequence[SdcRun]) -> tuple[Status, str, str]:
+    """A replay PyTorch refused: cuBLAS without its variable is the node's setting (a fail, not
+    critical: bench.determinism says the same); anything else an error naming the devices."""
+    devices = ", ".join(r.device for r in refused)
+    if any("CUBLAS_WORKSPACE_CONFIG" in (r.error or "") for r in refused):
+        return (
+            Status.FAIL,
+            f"deterministic replay refused on {devices}: cuBLAS needs CUBLAS_WORKSPACE_CONFIG set before the "
+            "process starts",
+            "set CUBLAS_WORKSPACE_CONFIG=:4096:8 before the process starts (role dl_env)",
+        )
+    return (
+        Status.ERROR,
+        f"the replay failed on {devices}: {(refused[0].error or 'no digest')[:200]}",
+        "a CUDA error on one GPU alone: `dltune audit --only gpu` (Xid, ECC); otherwise report this as a "
+        "dltune bug, with this JSON",
+    )
+
+
+# long: one model's verdicts in their order (divergence, refusal, blindness, a lone device), one evidence
+def _judge_sdc_model(
+    name: str, runs: Sequence[SdcRun], key: Mapping[str, Any], injected: str | None
+) -> Result:
+    """One device model's replays, in this order: a divergence (critical), a refusal, a blind replay
+    (a step that left the weights unchanged), a lone device (nothing to compare on the node), a pass."""
+    ran = [r for r in runs if r.error is None and r.digests]
+    refused = [r for r in runs if r.error is not None or not r.digests]
+    steps = max((len(r.digests) - 1 for r in ran), default=0)
+    evidence: dict[str, Any] = {
+        "key": {**key, "gpu": name},
+        "devices": {r.device: {"digest": r.digests[-1], "steps": list(r.digests)} for r in ran},
+    }
+    if refused:
+        evidence["errors"] = {r.device: (r.error or "no digest")[:500] for r in refused}
+    if injected:
+        evidence["injected"] = injected
+    noun = "GPU(s)" if all(r.device.startswith("cuda") for r in runs) else "device(s)"
+    said_injected = f" [a bit flipped on purpose: {injected}]" if injected else ""
+    metrics = {"devices": float(len(ran)), "diverged": 0.0}
+
+    def result(status: Status, summary: str, remedy: str | None = None, critical: bool = False) -> Result:
+        return Result(
+            "bench.sdc",
+            status,
+            summary + said_injected,
+            subject=name,
+            evidence=evidence,
+            metrics=metrics,
+            remedy=remedy,
+            critical=critical,
+        )
+
+    divergence = _sdc_divergence(name, noun, ran, steps)
+    if divergence is not None:
+        summary, remedy, diverged = divergence
+        evidence["diverged"] = diverged
+        metrics["diverged"] = float(len(diverged))
+        if refused:
+            summary += f"; the replay failed on {', '.join(r.device for r in refused)}"
+        return result(Status.FAIL, summary, remedy, critical=True)
+    if refused:
+        return result(*_sdc_refused(refused))
+    unchanged = [r.device for r in ran if len(set(r.digests)) < len(r.digests)]
+    if unchanged:
+        return result(
+            Status.ERROR,
+            f"the replay is blind: a step left the weights unchanged on {', '.join(unchanged)}, so their "
+            "digests cannot show what that step computed",
+            "report this as a dltune bug, with this JSON",
+        )
+    digest = f"weights sha256 {ran[0].digests[-1][:16]}"
+    if len(ran) < 2:
+        return result(
+            Status.SKIP,
+            f"one {name} {noun.removesuffix('(s)')}: nothing on this node to compare its replay with "
+            f"({digest} after {steps} steps); `dltune report` compares it with other nodes' of the same key",
+        )
+    return result(
+        Status.PASS,
+        f"{len(ran)} {name} {noun} replayed {steps} seeded training steps bit for bit alike ({digest})",
+    )
+
+
 # The worker's own error is printed before torchrun's summary of the failure, which can alone fill
 # the end of stderr: the evidence keeps the first error's lines and the end.
 FIRST_ERROR = re.compile(r"^.*(Traceback \(most recent call last\)|terminate called|Error|error:).*$", re.M)

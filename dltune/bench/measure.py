@@ -4,7 +4,10 @@ returns plain numbers or the dataclasses of ``judge``; none of them judges."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import hashlib
 import importlib
+import importlib.metadata
 import os
 import platform
 import resource
@@ -12,6 +15,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from dltune.bench.judge import Bandwidth, Matmul, PairCopy, PcieLink, PowerReading, Training
@@ -668,3 +672,162 @@ def cpu_cores() -> int:
     with contextlib.suppress(AttributeError):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+# bench.sdc: silent data corruption by replay. The same seeded training steps of a small MLP on every
+# device under test, its weights hashed after each step: devices of one model that compute right agree
+# bit for bit (deterministic algorithms, the same kernels), so a device that differs computes wrong.
+# The method's name is part of the replay key: a change to the model, its data or its optimizer is a
+# new name, so that nodes on different dltune releases are never compared digest to digest.
+SDC_METHOD = "sdc-mlp-v1"
+SDC_STEPS = 10
+SDC_SEED = 4545
+SDC_PRECISIONS = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class SdcShape:
+    """The replayed MLP: `batch` rows of `inputs` features, two hidden layers of `hidden`, `outputs`."""
+
+    batch: int
+    inputs: int
+    hidden: int
+    outputs: int
+
+    def model(self, precision: str) -> str:
+        return (
+            f"{SDC_METHOD} {self.inputs}-{self.hidden}-{self.hidden}-{self.outputs} GELU MLP, batch "
+            f"{self.batch}, MSE, SGD lr 0.01 momentum 0.9, {precision}"
+        )
+
+
+# On a GPU, products of 4096 x 1024 by 1024 x 1024 spread over every SM of an H100-class card (about
+# two waves of 128 x 128 tiles on 132 SMs); 8 MB of weights hashed per step. On a CPU, milliseconds.
+SDC_SHAPES = {"cuda": SdcShape(4096, 1024, 1024, 16), "cpu": SdcShape(128, 128, 256, 16)}
+
+
+def sdc_shape(device: str) -> SdcShape:
+    return SDC_SHAPES["cuda" if device.startswith("cuda") else "cpu"]
+
+
+def weights_digest(torch: Any, model: Any) -> str:
+    """sha256 of the model's weights, their bytes as they lie in memory, in state_dict order."""
+    digest = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        host = tensor.detach().to("cpu").contiguous()
+        size = host.numel() * host.element_size()
+        if size:  # the bytes read in place: no copy into a Python bytes object
+            digest.update((ctypes.c_char * size).from_address(host.data_ptr()))
+    return digest.hexdigest()
+
+
+def flip_lowest_bit(torch: Any, model: Any) -> None:
+    """Flip the lowest mantissa bit of the first weight: the smallest corruption a value can suffer."""
+    with torch.no_grad():
+        first = next(model.parameters()).view(-1)[:1]
+        width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[first.element_size()]
+        first.view(width).bitwise_xor_(1)
+
+
+@contextlib.contextmanager
+def _deterministic(torch: Any) -> Iterator[None]:
+    """Deterministic algorithms on, TF32 off (float32 products in float32), both restored after."""
+    enforced, tf32 = torch.are_deterministic_algorithms_enabled(), torch.backends.cuda.matmul.allow_tf32
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enforced)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def sdc_replay(
+    torch: Any,
+    device: str,
+    *,
+    steps: int = SDC_STEPS,
+    precision: str = "float32",
+    shape: SdcShape | None = None,
+    flip_after: int | None = None,
+) -> list[str]:
+    """The weights' digest before training (step 0) and after each of `steps` SGD steps of the seeded
+    MLP on `device`. Weights and data are made on the host from seeded generators, then copied to the
+    device: every device starts from the same bytes. `flip_after`: a bit of the weights flipped after
+    that step (the DLTUNE_SDC_FLIP test seam). A RuntimeError says what PyTorch refused."""
+    shape = shape or sdc_shape(device)
+    dtype = getattr(torch, precision)
+    nn = torch.nn
+    with _deterministic(torch), on_device(torch, device), _cudnn_benchmark(torch, enabled=False):
+        torch.manual_seed(SDC_SEED)
+        model = nn.Sequential(
+            nn.Linear(shape.inputs, shape.hidden),
+            nn.GELU(),
+            nn.Linear(shape.hidden, shape.hidden),
+            nn.GELU(),
+            nn.Linear(shape.hidden, shape.outputs),
+        ).to(device=device, dtype=dtype)
+        generator = torch.Generator().manual_seed(SDC_SEED + 1)
+        inputs = torch.randn(shape.batch, shape.inputs, generator=generator).to(device=device, dtype=dtype)
+        targets = torch.randn(shape.batch, shape.outputs, generator=generator).to(device=device, dtype=dtype)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        digests = [weights_digest(torch, model)]
+        for step in range(1, steps + 1):
+            loss = ((model(inputs) - targets) ** 2).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if step == flip_after:
+                flip_lowest_bit(torch, model)
+            digests.append(weights_digest(torch, model))
+        return digests
+
+
+def cublas_version() -> str | None:
+    """The cuBLAS wheel PyTorch loads, where pip installed one (its version is not torch's CUDA's)."""
+    for package in ("nvidia-cublas", "nvidia-cublas-cu12", "nvidia-cublas-cu11"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(package)
+    return None
+
+
+def driver_version(nvml: Any = None) -> str | None:
+    """The NVIDIA driver's version from NVML (None without NVML or a driver)."""
+    if nvml is None:
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            return None
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return None
+    try:
+        version = nvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except nvml.NVMLError:
+        return None
+    finally:
+        with contextlib.suppress(nvml.NVMLError):
+            nvml.nvmlShutdown()
+
+
+def sdc_key(torch: Any, devices: list[str], precision: str, cublas_workspace: str | None) -> dict[str, Any]:
+    """What the replay's digests depend on besides the hardware's correctness (the GPU model is added
+    per device group by the judge): nodes whose key is the same must compute the same digests. On a
+    CPU also its kernel level and thread count (oneDNN and MKL split work by both)."""
+    on_gpu = devices[0].startswith("cuda")
+    key: dict[str, Any] = {
+        "model": sdc_shape(devices[0]).model(precision),
+        "steps": SDC_STEPS,
+        "precision": precision,
+        "torch": str(torch.__version__),
+        "cuda": getattr(torch.version, "cuda", None) if on_gpu else None,
+        "cublas": cublas_version() if on_gpu else None,
+        "driver": driver_version() if on_gpu else None,
+        "CUBLAS_WORKSPACE_CONFIG": cublas_workspace,
+    }
+    if not on_gpu:
+        key["cpu_capability"] = str(torch.backends.cpu.get_cpu_capability())
+        key["threads"] = int(torch.get_num_threads())
+    return key

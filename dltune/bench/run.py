@@ -18,7 +18,7 @@ from typing import Any
 
 from dltune import safeio
 from dltune.bench import judge, rdma, slow_node
-from dltune.bench.measure import BenchError
+from dltune.bench.measure import SDC_PRECISIONS, SDC_STEPS, BenchError
 from dltune.model import Result
 from dltune.probes.watchdog import process_cmdlines
 from dltune.text import decimal
@@ -40,6 +40,8 @@ class Options:
     determinism: bool = True
     data_parallel: bool = True
     compile: bool = False
+    sdc: bool = True
+    sdc_precision: str = "float32"
 
     def sized(self, on_cpu: bool) -> dict[str, Any]:
         """CPU-sized and --quick defaults; explicit options win."""
@@ -163,17 +165,49 @@ def _open_dataset(opts: Options, size: dict[str, Any], scratch: Path, measure: A
     return dataset, described
 
 
+# The test seam of bench.sdc: "<device>:<step>" flips a bit of that device's weights after that step
+# of the replay (ARCHITECTURE.md, test seams). The devices are the bench's: cuda:N, or on a CPU cpu#1
+# and cpu#2, the two runs that stand for two devices.
+SDC_FLIP = "DLTUNE_SDC_FLIP"
+SDC_CPU_RUNS = ("cpu#1", "cpu#2")
+
+
+def sdc_devices(devices: list[str]) -> list[str]:
+    """What bench.sdc replays on and names: each GPU under test, or two runs on the CPU."""
+    return list(SDC_CPU_RUNS) if devices == ["cpu"] else list(devices)
+
+
+def sdc_flip(environ: Mapping[str, str], devices: list[str]) -> tuple[str, int] | None:
+    """DLTUNE_SDC_FLIP as (device, step), checked before anything is measured: a value that names no
+    device under test or no step of the replay is a usage error, never a seam silently not taken."""
+    value = environ.get(SDC_FLIP, "").strip()
+    if not value:
+        return None
+    device, _, step = value.rpartition(":")
+    number = decimal(step)
+    names = sdc_devices(devices)
+    if device not in names or number is None or not 1 <= number <= SDC_STEPS:
+        raise BenchError(
+            f"{SDC_FLIP}={value[:80]!r}: give <device>:<step>, a device of this bench ({', '.join(names)}) "
+            f"and a step of the replay (1-{SDC_STEPS})"
+        )
+    return device, number
+
+
 def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
     torch = _import_torch()
     from dltune.bench import measure
 
+    if opts.sdc_precision not in SDC_PRECISIONS:
+        raise BenchError(f"--sdc-precision {opts.sdc_precision}: give one of {', '.join(SDC_PRECISIONS)}")
     devices = measure.select_devices(torch, opts.device, opts.gpus)
+    flip = sdc_flip(os.environ, devices) if opts.sdc else None
     on_cpu = devices == ["cpu"]
     size = opts.sized(on_cpu)
     with tempfile.TemporaryDirectory(prefix="dltune-bench-") as scratch:
         step("preparing the dataset")
         dataset, described = _open_dataset(opts, size, Path(scratch), measure)
-        bench = _Bench(opts, torch, measure, devices, size, dataset, described, step)
+        bench = _Bench(opts, torch, measure, devices, size, dataset, described, step, flip)
         return bench.measure_all()
 
 
@@ -190,6 +224,7 @@ class _Bench:
     dataset: Any
     described: str
     step: Step
+    sdc_flip: tuple[str, int] | None = None
 
     @property
     def on_cpu(self) -> bool:
@@ -223,7 +258,7 @@ class _Bench:
             results += judge.judge_data_parallel(
                 self.devices, *parallel, single_images_per_s=synthetic.images_per_s
             )
-        return results
+        return results + self.sdc()
 
     def matmul(self) -> list[Result]:
         self.step("matmul")
@@ -353,6 +388,29 @@ class _Bench:
         except RuntimeError as exc:
             return [judge.judge_determinism_refused(str(exc), at_start, self.first)]
         return [judge.judge_determinism(one == two, control != one, at_start, self.first)]
+
+    def sdc(self) -> list[Result]:
+        """bench.sdc: the seeded replay on every device under test (two runs on a CPU), its digests
+        compared by the judge; the key says what they depend on besides the hardware."""
+        if not self.opts.sdc:
+            return []
+        self.step("silent data corruption (replay)")
+        precision = self.opts.sdc_precision
+        runs = []
+        for label in sdc_devices(self.devices):
+            device = "cpu" if self.on_cpu else label
+            name = self.measure.device_name(self.torch, device)
+            flip = self.sdc_flip[1] if self.sdc_flip and self.sdc_flip[0] == label else None
+            try:
+                digests = self.measure.sdc_replay(self.torch, device, precision=precision, flip_after=flip)
+            except RuntimeError as exc:  # deterministic mode refused, or a CUDA error on this device
+                runs.append(judge.SdcRun(label, name, error=str(exc)))
+                continue
+            runs.append(judge.SdcRun(label, name, tuple(digests)))
+        workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        key = self.measure.sdc_key(self.torch, self.devices, precision, workspace)
+        injected = f"{SDC_FLIP}={self.sdc_flip[0]}:{self.sdc_flip[1]}" if self.sdc_flip else None
+        return judge.judge_sdc(runs, key, injected)
 
 
 def _processes_naming(marker: str) -> list[int]:

@@ -119,6 +119,20 @@ def bench(
         bool, typer.Option("--data-parallel/--no-data-parallel", help="torchrun over all devices.")
     ] = True,
     compile_step: Annotated[bool, typer.Option("--compile", help="Also measure torch.compile.")] = False,
+    sdc: Annotated[
+        bool,
+        typer.Option(
+            "--sdc/--no-sdc",
+            help="Replay seeded training steps on every device and compare the weights bit for bit "
+            "(silent data corruption).",
+        ),
+    ] = True,
+    sdc_precision: Annotated[
+        str,
+        typer.Option(
+            "--sdc-precision", help="The replay's dtype: float32 (CUDA cores) or bfloat16 (Tensor Cores)."
+        ),
+    ] = "float32",
     multi_node: Annotated[
         bool,
         typer.Option(
@@ -154,12 +168,17 @@ def bench(
     show_all: Annotated[bool, ALL_OPTION] = False,
 ) -> None:
     """Short benchmark of this node's GPUs (or CPU): matmul and memory vs spec, training throughput,
-    input-pipeline gap, determinism, data-parallel. Exit 0 ok, 1 a fail, 2 usage/error."""
-    from dltune.bench.measure import BenchError
+    input-pipeline gap, determinism, data-parallel, silent data corruption by replay. Exit 0 ok, 1 a
+    fail, 2 usage/error."""
+    from dltune.bench.measure import SDC_PRECISIONS, BenchError
     from dltune.bench.run import Options
 
     if device not in (None, "cpu", "cuda"):
         raise typer.BadParameter(f"{device}: give cpu or cuda", param_hint="--device")
+    if sdc_precision not in SDC_PRECISIONS:
+        raise typer.BadParameter(
+            f"{sdc_precision}: give {' or '.join(SDC_PRECISIONS)}", param_hint="--sdc-precision"
+        )
     if find_slow and not multi_node:
         raise typer.BadParameter(
             "--find-slow runs across the nodes of a job step: add --multi-node", param_hint="--find-slow"
@@ -180,6 +199,8 @@ def bench(
         determinism=determinism,
         data_parallel=data_parallel,
         compile=compile_step,
+        sdc=sdc,
+        sdc_precision=sdc_precision,
     )
     start = datetime.now(timezone.utc)
     err = progress_console()

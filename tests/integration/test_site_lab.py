@@ -874,6 +874,35 @@ def test_the_health_loop_debounces_recovers_acknowledges_and_keeps_each_groups_p
                 docker_exec(CONTROLLER, "scontrol", "update", f"nodename={node}", "state=resume")
 
 
+@pytest.mark.parametrize(
+    ("variables", "named"),
+    [
+        (
+            {"slurm_healthcheck_timeout": 90, "slurm_healthcheck_interval": 300},
+            "slurm_healthcheck_timeout=90 needs Slurm >= 26.05",
+        ),
+        ({"slurm_healthcheck_node_state": "START_ONLY"}, "needs Slurm >= 25.11"),
+    ],
+)
+def test_options_the_labs_slurm_lacks_are_refused_naming_the_variable_and_its_version(
+    lab: None, variables: dict[str, object], named: str
+) -> None:
+    """The lab runs Slurm 21.08: HealthCheckTimeout (26.05; an older slurmctld stops on the unknown key)
+    and START_ONLY (25.11; an older one reads it as ANY) are refused before anything changes, naming the
+    variable and the version the role read from the hosts' own slurmd/slurmctld -V."""
+    before = {host: docker_exec(host, "sha256sum", "/etc/slurm/slurm.conf") for host in (*NODES, CONTROLLER)}
+    done = ansible_playbook(
+        "playbooks/slurm_healthcheck.yml", "-i", "inventory",
+        "-e", json.dumps({**HEALTHCHECK_VARS, **variables}),
+    )  # fmt: skip
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert named in done.stdout and "21.08" in done.stdout, done.stdout[-3000:]
+    after = {host: docker_exec(host, "sha256sum", "/etc/slurm/slurm.conf") for host in (*NODES, CONTROLLER)}
+    assert after == before
+    for host in NODES:
+        assert not docker_exec(host, "sh", "-c", "ls /usr/local/sbin/dltune-healthcheck 2>/dev/null || true")
+
+
 # Stand-ins for what a container cannot have (a GPU driver): `dmesg` prints the real kernel log and
 # then the lines in KMSG_EXTRA (the Xids a test plants); `nvidia-smi` records its arguments and, when
 # RESET_CLEARS exists, logs what the driver prints after a successful reset (Xid 154 back to None).

@@ -276,6 +276,9 @@ def _gpu_harness(monkeypatch: pytest.MonkeyPatch, recorder: Recorder, devices: l
     monkeypatch.setattr(
         measure, "determinism_losses", recorder("determinism", lambda *_a, **k: [1.0 + k["perturb"]])
     )
+    monkeypatch.setattr(measure, "device_name", lambda *_a: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(measure, "sdc_replay", recorder("sdc", lambda *_a, **_k: ["s0", "s1"]))
+    monkeypatch.setattr(measure, "sdc_key", lambda *_a: {"model": "m"})
     monkeypatch.setattr(measure, "image_folder", lambda *_a: list(range(5000)))
     assert torch is not None
 
@@ -305,6 +308,10 @@ def test_data_parallel_runs_before_this_process_touches_a_gpu(
     monkeypatch.setattr(run, "_torchrun", fake_torchrun)
     results = run.run_bench(run.Options(data=tmp_path, dataloader_sweep=False))
     assert recorder.calls[0] == "torchrun", recorder.calls
+    # The replay last, once per GPU under test, after every measurement.
+    assert recorder.calls[-2:] == ["sdc", "sdc"], recorder.calls
+    (sdc,) = [r for r in results if r.id == "bench.sdc"]
+    assert sdc.status is Status.PASS and set(sdc.evidence["devices"]) == {"cuda:0", "cuda:1"}
     assert launched[0]["baseline"] is True and launched[0]["backend"] == "nccl"
     scaling = next(r for r in results if r.id == "bench.scaling")
     assert scaling.metrics["efficiency"] == pytest.approx(1800 / (2 * 1000))

@@ -2,8 +2,8 @@
 (tests/fixtures/golden/bench.json, written back with DLTUNE_UPDATE_GOLDEN=1 and reviewed in the
 diff): healthy and degraded H100s and A100s, MIG slices, unknown cards, unreliable repeats, training
 runs input-bound or not, power with and without NVML, all-reduce and scaling on one node and several,
-failed torchrun runs, the bench gate. The judges are pure: the numbers stand in for what PyTorch and
-NVML measured (no GPU here)."""
+failed torchrun runs, the bench gate, the replay for silent data corruption. The judges are pure: the
+numbers stand in for what PyTorch and NVML measured (no GPU here)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dltune.bench.judge import (
     Bandwidth,
     Matmul,
     PowerReading,
+    SdcRun,
     TorchCuda,
     Training,
     bench_gate,
@@ -28,6 +29,7 @@ from dltune.bench.judge import (
     judge_matmul,
     judge_multi_node,
     judge_power,
+    judge_sdc,
     judge_sweep,
     judge_threads,
     judge_torchrun_failed,
@@ -97,6 +99,18 @@ def _cases() -> dict[str, list[Result] | Result | str | None]:
     multi = {**numbers, "world": 16, "hosts": ["node1", "node2"], "images_per_s_total": 40000.0}
     failed = Result("bench.allreduce", Status.ERROR, "torchrun failed", evidence={"stderr": "NCCL error"})
     critical = Result("gpu.ecc", Status.FAIL, "1 uncorrected ECC error", critical=True)
+    sdc_key = {
+        "model": "sdc-mlp-v1 1024-1024-1024-16 GELU MLP, batch 4096, MSE, SGD lr 0.01 momentum 0.9, float32",
+        "steps": 3,
+        "precision": "float32",
+        "torch": "2.6.0+cu124",
+        "cuda": "12.4",
+        "cublas": "12.4.5.8",
+        "driver": "550.54.15",
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+    }
+    good = tuple(f"{step}" * 64 for step in "0123")
+    odd = (*good[:2], "e" * 64, "f" * 64)
     return {
         "matmul": judge_matmul(matmul),
         "bandwidth": judge_bandwidth(bandwidth),
@@ -126,6 +140,21 @@ def _cases() -> dict[str, list[Result] | Result | str | None]:
         "determinism_refused_other": judge_determinism_refused(
             "adaptive_avg_pool2d_backward_cuda", ":4096:8", "cuda:0"
         ),
+        "sdc": judge_sdc([SdcRun(f"cuda:{i}", H100, good) for i in range(4)], sdc_key),
+        "sdc_one_differs": judge_sdc(
+            [SdcRun(f"cuda:{i}", H100, odd if i == 2 else good) for i in range(4)],
+            sdc_key,
+            "DLTUNE_SDC_FLIP=cuda:2:2",
+        ),
+        "sdc_no_majority": judge_sdc([SdcRun("cuda:0", H100, good), SdcRun("cuda:1", H100, odd)], sdc_key),
+        "sdc_refused_cublas": judge_sdc(
+            [
+                SdcRun("cuda:0", H100, error="... CUBLAS_WORKSPACE_CONFIG=:4096:8 ..."),
+                SdcRun("cuda:1", H100, error="... CUBLAS_WORKSPACE_CONFIG=:4096:8 ..."),
+            ],
+            {**sdc_key, "CUBLAS_WORKSPACE_CONFIG": None},
+        ),
+        "sdc_one_gpu": judge_sdc([SdcRun("cuda:0", A100, good)], sdc_key),
         "allreduce_4": judge_allreduce(
             4, "nccl", 256 << 20, 0.004, 0.95, per_rank=[0.004, 0.0041, 0.0039, 0.012]
         ),
