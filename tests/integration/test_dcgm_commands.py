@@ -86,9 +86,19 @@ def test_check_runs_the_asked_level_with_dcgms_own_timeout_then_asks_which_gpus_
 ) -> None:
     """The stand-in dcgmi answers `discovery -l` with a published listing (8 A100s, NVIDIA/DCGM#83);
     this host's NVML has no GPU to compare it with, so the diagnostic's verdict stands."""
+    bin_dir, argv_log = fake_dcgmi
+    dcgmi_passing_with_a_listing(bin_dir, argv_log, tmp_path)
+    _rc, results, _ = run_dltune(bin_dir, "check", "--no-bench", "--dcgm", "2", "--dcgm-timeout", "900")
+    dcgm_results = [r for r in results if r["id"].startswith("gpu.dcgm")]
+    assert [r["status"] for r in dcgm_results] == ["pass"]
+    assert argv_log.read_text().splitlines() == ["diag -r 2 -j --timeout 900", "discovery -l"]
+
+
+def dcgmi_passing_with_a_listing(bin_dir: Path, argv_log: Path, tmp_path: Path) -> None:
+    """The stand-in dcgmi: a passing diagnostic, and for `discovery -l` a published listing (8 A100s,
+    NVIDIA/DCGM#83)."""
     from tests.real_corpus import samples
 
-    bin_dir, argv_log = fake_dcgmi
     (tmp_path / "out.json").write_text(PASSING)
     listing = next(s for s in samples("dcgmi_discovery") if s.name == "dcgm83_a100_sxm4_80gb_eight")
     (tmp_path / "listing.txt").write_text(listing.body)
@@ -97,16 +107,11 @@ def test_check_runs_the_asked_level_with_dcgms_own_timeout_then_asks_which_gpus_
         argv_log,
         f'[ "$1" = discovery ] && exec cat {tmp_path / "listing.txt"}\ncat {tmp_path / "out.json"}',
     )
-    _rc, results, _ = run_dltune(bin_dir, "check", "--no-bench", "--dcgm", "2", "--dcgm-timeout", "900")
-    dcgm_results = [r for r in results if r["id"].startswith("gpu.dcgm")]
-    assert [r["status"] for r in dcgm_results] == ["pass"]
-    assert argv_log.read_text().splitlines() == ["diag -r 2 -j --timeout 900", "discovery -l"]
 
 
 def test_check_gives_level_two_the_measured_default(fake_dcgmi: tuple[Path, Path], tmp_path: Path) -> None:
     bin_dir, argv_log = fake_dcgmi
-    (tmp_path / "out.json").write_text(PASSING)
-    write_dcgmi(bin_dir, argv_log, f"cat {tmp_path / 'out.json'}")
+    dcgmi_passing_with_a_listing(bin_dir, argv_log, tmp_path)
     run_dltune(bin_dir, "check", "--no-bench", "--dcgm", "2")
     assert argv_log.read_text().splitlines()[0].split()[4:] == ["--timeout", str(int(DCGM_TIMEOUT_S[2]))]
 
