@@ -157,22 +157,21 @@ def bus_id(properties: object) -> str:
 
 def active_nvlinks(pci_bus_id: str) -> int | None:
     """NVLinks up on the GPU at this bus id (0: a PCIe card, or every link down); None: NVML not usable."""
-    try:
-        import pynvml
+    from dltune.bench.measure import nvml_opened
 
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
+    try:
+        with nvml_opened() as nvml:
+            if nvml is None:
+                return None
+            handle = nvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
             up = 0
-            for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            for link in range(nvml.NVML_NVLINK_MAX_LINKS):
                 try:
-                    up += pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
-                except pynvml.NVMLError:
+                    up += nvml.nvmlDeviceGetNvLinkState(handle, link) == nvml.NVML_FEATURE_ENABLED
+                except nvml.NVMLError:
                     break  # past the GPU's last link, or no NVLink at all
             return up
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # NVML missing or refusing: the path stays unknown, the figure is still written
+    except Exception:  # NVML refusing the device: the path stays unknown, the figure is still written
         return None
 
 

@@ -262,6 +262,28 @@ def nvml_uuid(torch: Any, device: str) -> str | None:
     return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
+@contextlib.contextmanager
+def nvml_opened(nvml: Any = None) -> Iterator[Any]:
+    """NVML (pynvml unless given) initialised for the block and shut down after; None inside the block
+    where there is no NVML or it does not initialise (no driver)."""
+    if nvml is None:
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            yield None
+            return
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        yield None
+        return
+    try:
+        yield nvml
+    finally:
+        with contextlib.suppress(nvml.NVMLError):
+            nvml.nvmlShutdown()
+
+
 def pcie_link(torch: Any, device: str, nvml: Any = None) -> PcieLink | None:
     """The PCIe link of a torch device from NVML (by UUID: see nvml_uuid); None where NVML has none
     for it (no NVML, a MIG slice, a vGPU, a device NVML refuses this process). Read after the copies:
@@ -269,36 +291,27 @@ def pcie_link(torch: Any, device: str, nvml: Any = None) -> PcieLink | None:
     uuid = nvml_uuid(torch, device)
     if uuid is None or not uuid.startswith("GPU-"):
         return None
-    if nvml is None:
-        try:
-            nvml = importlib.import_module("pynvml")
-        except ImportError:
+    with nvml_opened(nvml) as opened:
+        if opened is None:
             return None
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError:
-        return None
 
-    def read(call: Any, handle: Any) -> int | None:
+        def read(call: Any, handle: Any) -> int | None:
+            try:
+                value = int(call(handle))
+            except opened.NVMLError:  # one field a driver lacks leaves the others
+                return None
+            return value if value > 0 else None
+
         try:
-            value = int(call(handle))
-        except nvml.NVMLError:  # one field a driver lacks leaves the others
+            handle = opened.nvmlDeviceGetHandleByUUID(uuid.encode())
+            return PcieLink(
+                read(opened.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+                read(opened.nvmlDeviceGetCurrPcieLinkWidth, handle),
+                read(opened.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+                read(opened.nvmlDeviceGetMaxPcieLinkWidth, handle),
+            )
+        except opened.NVMLError:  # NVML knows no such device here, or refuses it to this process
             return None
-        return value if value > 0 else None
-
-    try:
-        handle = nvml.nvmlDeviceGetHandleByUUID(uuid.encode())
-        return PcieLink(
-            read(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-            read(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-            read(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-            read(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
-        )
-    except nvml.NVMLError:  # NVML knows no such device here, or refuses it to this process
-        return None
-    finally:
-        with contextlib.suppress(nvml.NVMLError):
-            nvml.nvmlShutdown()
 
 
 class PowerMeter:
@@ -793,23 +806,14 @@ def cublas_version() -> str | None:
 
 def driver_version(nvml: Any = None) -> str | None:
     """The NVIDIA driver's version from NVML (None without NVML or a driver)."""
-    if nvml is None:
-        try:
-            nvml = importlib.import_module("pynvml")
-        except ImportError:
+    with nvml_opened(nvml) as opened:
+        if opened is None:
             return None
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError:
-        return None
-    try:
-        version = nvml.nvmlSystemGetDriverVersion()
+        try:
+            version = opened.nvmlSystemGetDriverVersion()
+        except opened.NVMLError:
+            return None
         return version.decode() if isinstance(version, bytes) else str(version)
-    except nvml.NVMLError:
-        return None
-    finally:
-        with contextlib.suppress(nvml.NVMLError):
-            nvml.nvmlShutdown()
 
 
 def sdc_key(torch: Any, devices: list[str], precision: str, cublas_workspace: str | None) -> dict[str, Any]:
