@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import stat
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, load_role_module
+from tests.check_mode_play import ANSIBLE_PLAYBOOK, run_json_play
+from tests.conftest import load_role_module
 
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 pytestmark = pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed")
 paths_filter = load_role_module("plugins/filter/dltune_paths.py")
 SHARED_CHECK = "Refuse paths and mount options that are not safe, before any change, for "
@@ -54,46 +53,15 @@ def run_role(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, HostRun]:
     """Apply `role` in check mode to one local inventory host per case; each host's outcome."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "ansible.cfg").write_text(
-        "[defaults]\n"
-        f"collections_path = {REPO_ROOT / 'collections'}\n"
-        "forks = 4\ngathering = explicit\nretry_files_enabled = false\n"
-        f"local_tmp = {workdir / 'ansible-tmp'}\n"
-        "fact_caching = memory\ninterpreter_python = auto_silent\n"
-        "[connection]\npipelining = true\n"
-    )
     common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory = {"all": {"hosts": {name: {**common, **values} for name, values in hosts.items()}}}
-    (workdir / "inventory.json").write_text(json.dumps(inventory))
-    (workdir / "play.yml").write_text(
+    play = (
         f"- name: Apply {role} with each host's variables\n  hosts: all\n  gather_facts: false\n"
         f"  roles:\n    - role: dltune.cluster.{role}\n"
     )
-    argv = [
-        str(ANSIBLE_PLAYBOOK),
-        "-i",
-        str(workdir / "inventory.json"),
-        str(workdir / "play.yml"),
-        "--check",
-    ]
-    if tags:
-        argv += ["--tags", tags]
-    if extra:
-        argv += ["-e", json.dumps(extra)]
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(workdir / "ansible.cfg"),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        "ANSIBLE_REMOTE_TEMP": str(workdir / "remote-tmp"),
-    }
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=300)
-    try:
-        report = json.loads(done.stdout)
-    except ValueError:
-        raise AssertionError(
-            f"ansible-playbook gave no JSON (rc {done.returncode}): {done.stderr[-3000:]}"
-        ) from None
+    options = ["--check"] + (["--tags", tags] if tags else []) + (["-e", json.dumps(extra)] if extra else [])
+    config = "forks = 4\nfact_caching = memory\n[connection]\npipelining = true\n"
+    report = run_json_play(workdir, inventory, play, options, config)
     runs = {name: HostRun(changed=report["stats"].get(name, {}).get("changed", 0)) for name in hosts}
     for play in report["plays"]:
         for task in play["tasks"]:

@@ -18,7 +18,6 @@ import json
 import os
 import shlex
 import stat
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -27,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, load_role_module
+from tests.check_mode_play import ANSIBLE_PLAYBOOK, run_json_play
+from tests.conftest import load_role_module
 
 keys_module = load_role_module("plugins/modules/slurm_conf_keys.py")
 tmpdir_module = load_role_module("plugins/modules/slurm_tmpdir_conf.py")
@@ -115,7 +115,6 @@ def test_absent_leaves_a_value_the_site_changed_since() -> None:
 # Slurm's newer options through the real role ---------------------------------------------------------
 
 BIN = Path(sys.executable).parent
-ANSIBLE_PLAYBOOK = BIN / "ansible-playbook"
 DLTUNE = BIN / "dltune"
 needs_ansible = pytest.mark.skipif(
     not (ANSIBLE_PLAYBOOK.exists() and DLTUNE.exists()), reason="no ansible-playbook and dltune beside python"
@@ -159,33 +158,12 @@ def ansible_playbook(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, HostRun]:
     """`play` run in check mode with --diff against ``inventory`` on this machine: each host's outcome."""
-    (workdir / "ansible.cfg").write_text(
-        "[defaults]\n"
-        f"collections_path = {REPO_ROOT / 'collections'}\n"
-        "forks = 8\ngathering = explicit\nretry_files_enabled = false\n"
-        f"local_tmp = {workdir / 'ansible-tmp'}\ninterpreter_python = auto_silent\n"
-    )
-    (workdir / "inventory.json").write_text(json.dumps(inventory))
-    (workdir / "play.yml").write_text(play)
-    argv = [str(ANSIBLE_PLAYBOOK), "-i", str(workdir / "inventory.json"), str(workdir / "play.yml")]
-    argv += (
+    options = (
         ["--check", "--diff"]
         + (["--tags", tags] if tags else [])
         + (["-e", json.dumps(extra)] if extra else [])
     )
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(workdir / "ansible.cfg"),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        "ANSIBLE_REMOTE_TEMP": str(workdir / "remote-tmp"),
-    }
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=300)
-    try:
-        report = json.loads(done.stdout)
-    except ValueError:
-        raise AssertionError(
-            f"ansible-playbook gave no JSON (rc {done.returncode}): {done.stderr[-3000:]}"
-        ) from None
+    report = run_json_play(workdir, inventory, play, options, config="forks = 8\n")
     runs: dict[str, HostRun] = {}
     for play_report in report["plays"]:
         for task in play_report["tasks"]:
