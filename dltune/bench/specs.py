@@ -5,16 +5,20 @@ table of NVIDIA/open-gpu-kernel-modules' README). TFLOPS per dtype, memory bandw
 
 Peaks: NVIDIA's V100, V100S, A10, A40, A100, L4, L40, L40S, H100, H800, H200 and GH200 datasheets,
 the GA102 whitepaper for the RTX A6000 (dense = the datasheet's "with sparsity" figure halved); the
-A800 SXM4 80GB as the A100 80GB SXM from a secondary table named in its entry; B200,
+A800 SXM4 80GB as the A100 80GB SXM and the H800 PCIe as the H100 PCIe from secondary tables named in
+their entries; the H20, L20, L2 and A30 from Arthur Chiao's datasheet quick reference (its dense figures,
+named in each entry); the RTX 5000 Ada from its datasheet's table as reproduced in a named repository; B200,
 B300, GB200 and GB300 from the DGX B200/B300 and GB200/GB300 NVL72 datasheets as tabulated in Stas
 Bekman's ml-engineering (compute/accelerator/README.md). Each entry names its source; where a datasheet
-prints no bf16/fp16 Tensor Core figure (RTX 6000 Ada, RTX PRO 6000 Blackwell Workstation: FP8 or FP4 with
-sparsity only; the A10G: none published) the entry has no such figure, and those dtypes are judged
-against the node's other GPUs only. Cards whose peak no sustained matmul holds and whose achieved
-share nobody published (the 70 W T4; the RTX 6000 Ada and RTX PRO 6000 Blackwell's dual-issue fp32
-peaks) keep their memory figure only: a default share would warn on healthy cards. Boards without a
-sourced figure (H20, L20, A30, A16, A2, H800 PCIe, A800 PCIe and 40GB, B100, RTX PRO 6000 Server and
-Max-Q Editions) get no spec.
+prints no bf16/fp16 Tensor Core figure (RTX 6000 Ada, RTX 5000 Ada, RTX PRO 6000 Blackwell Workstation:
+FP8 or FP4 with sparsity only; the A10G: none published) the entry has no such figure, and those dtypes
+are judged against the node's other GPUs only. Cards whose peak no sustained matmul holds and whose
+achieved share nobody published (the 70 W T4; the L2, a 300 GB/s Ada inference card like the L4 that
+measured 58.6%; the RTX 6000 Ada, RTX 5000 Ada and RTX PRO 6000 Blackwell's dual-issue fp32 peaks) keep
+their memory figure only: a default share would warn on healthy cards. Boards without a sourced figure
+(A16, A2, H20-3e, H20 NVL16, H800 NVL, A800 PCIe, A800 40GB Active, A800-SXM4-40GB, B100, RTX PRO 6000
+Blackwell Server and Max-Q Editions, GH200 120GB, the RTX A-series below the A6000, RTX 4000/4500 Ada,
+RTX PRO 4000/4500/5000 Blackwell, Quadro RTX and Volta workstation boards) get no spec.
 
 What a healthy card reaches is lower than its datasheet: ``achievable`` is the fraction of the dense
 bf16 peak that a best-shape matmul search measured on healthy cards (ml-engineering's "Maximum
@@ -115,6 +119,23 @@ SPECS: tuple[tuple[str, Spec], ...] = (
     # measures ~2560 GB/s on it (diag-skus.yaml.in "Nvidia H800 80GB"), as on H100 SXM (~2540).
     # The same GH100 compute, clocks and memory as H100 SXM: its measured share, and DCGM's 2560 GB/s.
     (r"H800", _card("H800 SXM", _tensor(989.5), 3350, 0.803, "as H100 SXM (same GH100): " + MAMF, 2560)),
+    # H800 PCIe (2322, "NVIDIA H800 PCIe"): no NVIDIA datasheet found; secondary tables give it the H100
+    # PCIe's figures: "H800 PCIe | ... 2.0 TB/s | ... BF16 Tensor Core | ... 756 TFLOPS" (a Chinese GPU spec
+    # reference table, search-corpus file 66885247134, whose note says the H800 is the H100's China version
+    # with the same compute) and "H800 PCIe peak F8: 3026 TFLOPS" (FP8 with sparsity: 4 x 756; a gemm_sp
+    # benchmark README measured on one, file 69472046894); tf32 at half of bf16. NVIDIA's DCGM measures ~1646
+    # GB/s on it (diag-skus.yaml.in "H800 PCIe", 2322) as on H100 PCIe (~1639): the same GH100 PCIe board, so
+    # the H100 PCIe's measured share.
+    (
+        r"H800 PCIE",
+        _card("H800 PCIe", _tensor(756.0), 2000, 0.66, "as H100 PCIe (same GH100 PCIe board): " + MAMF, 1646),
+    ),
+    # H20 (2329, "NVIDIA H20"; the "NVIDIA H20-3e" 232C and "NVIDIA H20 NVL16" 230E are other boards, without
+    # a sourced figure here). No public NVIDIA datasheet; Arthur Chiao's "GPU Performance (Data Sheets) Quick
+    # Reference (2023)" (github.com/ArthurChiao/arthurchiao.github.io, _posts/2023-10-25-gpu-data-sheets.md,
+    # section 4, "*: with sparsity"): "96G HBM3", "4.0TB/s", FP32 44, TF32 74, BF16 "148 | 148" TFLOPS;
+    # fp16 as bf16. NVIDIA's DCGM measures ~2010 GB/s on it (diag-skus.yaml.in "H20A", 2329).
+    (r"H20", _card("H20", _tensor(148.0, 44.0), 4000, healthy=2010)),
     # A800 SXM4 80GB: the A100 80GB SXM's figures (secondary, no NVIDIA datasheet found: hahnyuan/LLM-Viewer
     # hardwares/hardware_params.py "nvidia_A800_80G_SXM": 2039 GB/s, FP16 312 TFLOPS); NVIDIA's DCGM measures
     # ~1566 GB/s on it and ~1564 on the A100-SXM4-80GB (diag-skus.yaml.in).
@@ -159,6 +180,11 @@ SPECS: tuple[tuple[str, Spec], ...] = (
     # NVIDIA A40 datasheet (https://images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf):
     # FP32 37.4, TF32 74.8 | 149.6*, BF16 (FP32 accumulate) and FP16 149.7 | 299.4* TFLOPS, 696 GB/s.
     (r"A40", _card("A40", {"bf16": 149.7, "fp16": 149.7, "tf32": 74.8, "fp32": 37.4}, 696, healthy=565)),
+    # NVIDIA A30 (20B7): Arthur Chiao's quick reference (as for H20, section 2, from NVIDIA's A30 page,
+    # https://www.nvidia.com/en-us/data-center/products/a30-gpu/): "FP32 10.3", "BF16 165", "FP16 165",
+    # "INT8 330", "INT4 661" TFLOPS (no "*": dense), "933GB/s"; tf32 at half of bf16 (not printed there).
+    # NVIDIA's DCGM measures ~780 GB/s on it (diag-skus.yaml.in "A30", 20b7).
+    (r"A30", _card("A30", _tensor(165.0, 10.3), 933, healthy=780)),
     # NVIDIA Ampere GA102 whitepaper v2, RTX A6000
     # (https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf): "Peak BF16
     # Tensor TFLOPS with FP32 Accumulate 154.8/309.6", 768 GB/s; FP32 38.7; tf32 at half of bf16.
@@ -166,7 +192,16 @@ SPECS: tuple[tuple[str, Spec], ...] = (
         r"RTX A6000",
         _card("RTX A6000", {"bf16": 154.8, "fp16": 154.8, "tf32": 77.4, "fp32": 38.7}, 768, healthy=675),
     ),
-    # Ada. NVIDIA L4 datasheet (https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet),
+    # Ada. NVIDIA L20 (26BA, "NVIDIA L20"): Arthur Chiao's quick reference (as for H20, section 4): "48G
+    # GDDR6", "864GB/s", FP32 59.8, TF32 59.8, BF16 "119 | 119" TFLOPS; fp16 as bf16. NVIDIA's DCGM measures
+    # ~655 GB/s on it (diag-skus.yaml.in "L20A", 26ba).
+    (r"L20", _card("L20", {"bf16": 119.0, "fp16": 119.0, "tf32": 59.8, "fp32": 59.8}, 864, healthy=655)),
+    # NVIDIA L2 (27B6, "NVIDIA L2"): the same quick reference (section 2): "24GB GDDR6", "300 GB/s", FP32
+    # 24.1, TF32 48.3, BF16 95.6 TFLOPS. Like the L4 (the other 300 GB/s Ada inference card, which measured
+    # 58.6% of its peak) and without a published share of its own, its peaks stay out: memory only, against
+    # DCGM's measured ~254 GB/s (diag-skus.yaml.in "L2", 27b6).
+    (r"L2", _card("L2", {}, 300, healthy=254)),
+    # NVIDIA L4 datasheet (https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet),
     # sparsity figures only: TF32 120*, BF16 and FP16 242*; FP32 30.3 TFLOPS, 300 GB/s.
     # A 72 W card: a healthy L4 measured 70.9 bf16 TFLOPS (58.6% of the dense peak) and 15.4 fp32
     # (github.com/zzc0721/torch-performance-test-data, a torch matmul sweep, not a MAMF search);
@@ -193,6 +228,11 @@ SPECS: tuple[tuple[str, Spec], ...] = (
     # TFLOPS": FP8, sparse).
     # Its fp32 peak (91.1 TFLOPS, dual-issue) is not what a matmul reaches: memory only.
     (r"RTX 6000 ADA GENERATION", _card("RTX 6000 Ada", {}, 960)),
+    # NVIDIA RTX 5000 Ada Generation (26B2) datasheet, its table as reproduced in the same repository
+    # (github.com/atineoSE/coding-model-seeks-gpu, pipeline/pipeline/sources/rtx5000ada_specs.md): "Memory
+    # Bandwidth | 576GB/s", "Single-Precision Performance | 65.3 TFLOPS" (dual-issue), "Tensor Performance |
+    # 1044.4 TFLOPS" ("Effective FP8 teraFLOPS (TFLOPS) using sparsity"): memory only.
+    (r"RTX 5000 ADA GENERATION", _card("RTX 5000 Ada", {}, 576)),
     # NVIDIA RTX PRO 6000 Blackwell Workstation Edition datasheet
     # (https://www.nvidia.com/content/dam/en-zz/Solutions/data-center/rtx-pro-6000-blackwell-workstation-edition/workstation-blackwell-rtx-pro-6000-workstation-edition-nvidia-us-3519208-web.pdf):
     # "Single-precision performance 125 TFLOPS", "Memory bandwidth 1792 GB/s" ("4000 AI TOPS": FP4, sparse).

@@ -216,8 +216,6 @@ def test_blackwell_and_hopper_figures_follow_the_mamf_table(
         "NVIDIA H100XM-80C",
         "NVIDIA A100-40C",
         "NVIDIA H100 80GB HBM3 (custom)",
-        "NVIDIA H800 PCIe",
-        "NVIDIA H20",
     ],
 )
 def test_slices_vgpus_and_uncertain_names_get_no_whole_card_spec(name: str) -> None:

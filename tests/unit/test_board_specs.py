@@ -91,6 +91,46 @@ BOARDS = (
         achievable=0.869,
         healthy_memory_gb_s=1566,
     ),
+    # The H100 PCIe's figures (secondary tables: "2.0 TB/s", "BF16 Tensor Core 756 TFLOPS"; "peak F8: 3026
+    # TFLOPS" with sparsity); tf32 at half of bf16. The same GH100 PCIe board as the H100 PCIe: its measured
+    # share; DCGM measures 1646 GB/s.
+    Board(
+        "H800 PCIe",
+        ("NVIDIA H800 PCIe",),
+        {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0},
+        2000,
+        achievable=0.66,
+        healthy_memory_gb_s=1646,
+    ),
+    # Arthur Chiao's datasheet quick reference: "4.0TB/s", FP32 44, TF32 74, BF16 "148 | 148"; DCGM 2010 GB/s.
+    Board(
+        "H20",
+        ("NVIDIA H20",),
+        {"bf16": 148.0, "fp16": 148.0, "tf32": 74.0, "fp32": 44.0},
+        4000,
+        healthy_memory_gb_s=2010,
+    ),
+    # The same: "933GB/s", FP32 10.3, BF16/FP16 165 (dense); tf32 at half of bf16; DCGM 780 GB/s.
+    Board(
+        "A30",
+        ("NVIDIA A30",),
+        {"bf16": 165.0, "fp16": 165.0, "tf32": 82.5, "fp32": 10.3},
+        933,
+        healthy_memory_gb_s=780,
+    ),
+    # The same: "864GB/s", FP32 59.8, TF32 59.8, BF16 "119 | 119"; DCGM 655 GB/s.
+    Board(
+        "L20",
+        ("NVIDIA L20",),
+        {"bf16": 119.0, "fp16": 119.0, "tf32": 59.8, "fp32": 59.8},
+        864,
+        healthy_memory_gb_s=655,
+    ),
+    # The same: "300 GB/s" (its 95.6 bf16 TFLOPS left out, as the L4's 58.6% share shows for such cards);
+    # DCGM 254 GB/s.
+    Board("L2", ("NVIDIA L2",), {}, 300, healthy_memory_gb_s=254),
+    # RTX 5000 Ada datasheet: "576GB/s" (65.3 fp32 TFLOPS dual-issue, Tensor figure FP8 sparse): memory only.
+    Board("RTX 5000 Ada", ("NVIDIA RTX 5000 Ada Generation",), {}, 576),
 )
 
 
@@ -129,6 +169,19 @@ def test_each_board_reaches_its_measured_share_or_the_default_and_names_which(bo
         ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
         ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
         ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        # One digit apart: each its own board (fullmatch, not prefix).
+        ("NVIDIA H20", "H20"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA H800", "H800 SXM"),
+        ("NVIDIA H800 PCIe", "H800 PCIe"),
+        ("nvidia h800 pcie", "H800 PCIe"),
+        ("NVIDIA L2", "L2"),
+        ("NVIDIA L20", "L20"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40", "L40"),
+        ("NVIDIA A30", "A30"),
+        ("NVIDIA RTX 5000 Ada Generation", "RTX 5000 Ada"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
     ],
 )
 def test_name_variants_map_to_their_own_model(name: str, model: str) -> None:
@@ -144,10 +197,19 @@ def test_name_variants_map_to_their_own_model(name: str, model: str) -> None:
         "NVIDIA H800 MIG 1g.10gb",
         "NVIDIA H800 MIG 1c.7g.80gb",
         "NVIDIA HGX GB200 MIG 1g.24gb",
+        "NVIDIA H20 MIG 1g.12gb",
+        "NVIDIA H20 MIG 3g.48gb",
+        "NVIDIA A30 MIG 1g.6gb",
+        "NVIDIA A30 MIG 2g.12gb",
+        "NVIDIA A30 MIG 1c.2g.12gb",
+        "NVIDIA H800 PCIe MIG 1g.10gb",
         "NVIDIA RTX PRO 6000 Blackwell Workstation Edition MIG 1g.24gb",
         # vGPU profiles ("NVIDIA L40-48Q": tests/fixtures/real/gpu_names/tgi_3243_l40_48q_vgpu.txt).
         "NVIDIA L40-48Q",
         "NVIDIA A10-4Q",
+        "NVIDIA A30-24C",
+        "NVIDIA L20-48Q",
+        "NVIDIA H20-96C",
         "NVIDIA A40-48Q",
         "GRID T4-16Q",
         "NVIDIA L4-24Q",
@@ -155,16 +217,20 @@ def test_name_variants_map_to_their_own_model(name: str, model: str) -> None:
         "NVIDIA A10M",
         "NVIDIA T4G",
         "NVIDIA T400 4GB",
-        "NVIDIA L20",
-        "NVIDIA L2",
-        "NVIDIA H20",
         "NVIDIA H20-3e",
-        "NVIDIA H800 PCIe",
+        "NVIDIA H20 NVL16",
         "NVIDIA H800 NVL",
         "NVIDIA A800-SXM4-40GB",
         "NVIDIA A800 80GB PCIe",
+        "NVIDIA A800 80GB PCIe LC",
         "NVIDIA A800 40GB Active",
-        "NVIDIA A30",
+        "NVIDIA RTX A3000 Laptop GPU",
+        "NVIDIA RTX 5880 Ada Generation",
+        "NVIDIA RTX 5000 Ada Generation Laptop GPU",
+        "NVIDIA RTX 5000 Ada Generation Embedded GPU",
+        "NVIDIA RTX 4000 Ada Generation",
+        "NVIDIA RTX 4500 Ada Generation",
+        "NVIDIA GH200 120GB",
         "NVIDIA A16",
         "NVIDIA A2",
         "NVIDIA RTX PRO 6000 Blackwell Server Edition",
