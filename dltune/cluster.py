@@ -27,6 +27,21 @@ from dltune.report import STATUS_COLOUR, STATUS_STYLE, status_rank, worst
 from dltune.schema import of, optional, validate
 from dltune.text import visible, visible_data
 
+# A finding's price (dltune.impact): a node's file is anyone's JSON, so the figures the fleet adds up
+# are bounded (a node of at most MAX_NODE_GPUS GPUs loses at most all their hours).
+MAX_NODE_GPUS = 1024
+IMPACT_SCHEMA = of(
+    dict,
+    keys={
+        "basis": of(str, choices=("measured", "estimated", "unpriced")),
+        "fraction": optional(int, float, minimum=0.0, maximum=1.0),
+        "gpus": optional(int, minimum=0, maximum=MAX_NODE_GPUS),
+        "use": optional(int, float, minimum=0.0, maximum=1.0),
+        "gpu_hours_per_day": optional(int, float, minimum=0.0, maximum=MAX_NODE_GPUS * 24),
+        "of": optional(str, max_length=64),
+        "scope": optional(str, max_length=256),
+    },
+)
 # What `dltune report` accepts from a node: the envelope of `dltune audit/bench --format json`.
 RESULT_SCHEMA = of(
     dict,
@@ -42,6 +57,7 @@ RESULT_SCHEMA = of(
         "critical": optional(bool),
         "shared_dependency": optional(str, type(None)),
         "acknowledged": optional(dict, type(None)),
+        "impact": optional(dict, type(None), keys=IMPACT_SCHEMA.keys),
     },
 )
 ENVELOPE_SCHEMA = of(
@@ -255,6 +271,9 @@ SHOWN_FINDINGS = 3
 # Above this many nodes with findings, the summary opens with the findings rolled up by check (one
 # cause on many nodes reads as one line) and the node table stops at MAX_NODE_ROWS unless --all.
 ROLLUP_ABOVE = 10
+# The summary's first lines: the checks that cost the fleet most (GPU-hours a day).
+SHOWN_COSTS = 10
+NO_COST_ROW = '<tr><td colspan="5">no priced finding</td></tr>'
 MAX_NODE_ROWS = 40
 
 
@@ -300,6 +319,7 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
             Text("; ".join(texts)),
         )
     with_findings = table.row_count
+    _print_costs(nodes, console)
     if with_findings > ROLLUP_ABOVE:
         _print_rollup(nodes, console)
     if with_findings > MAX_NODE_ROWS and not show_all:
@@ -316,6 +336,24 @@ def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool
         console.print(
             Text(f"{len(clean)} node(s) with no finding: {_listed(clean)} (`dltune report --all` lists them)")
         )
+
+
+def _print_costs(nodes: Sequence[NodeReport], console: Console, shown: int = SHOWN_COSTS) -> None:
+    """The summary's first lines: what costs the fleet most in GPU-hours a day, then what no method
+    priced, the gravest first."""
+    costs, unpriced = check_costs(nodes)
+    if not costs and not unpriced:
+        return
+    total = sum(c.gpu_hours_per_day for c in costs)
+    console.print(Text(f"what to fix first: {total:.1f} GPU-hours a day lost across the fleet", style="bold"))
+    for cost in costs[:shown]:
+        console.print(Text(f"  {cost.said()}"))
+    if len(costs) > shown:
+        console.print(Text(f"  +{len(costs) - shown} more priced check(s) (report.html)"))
+    if unpriced:
+        listed = ", ".join(f"{check} {status} on {len(hosts)}" for check, status, hosts in unpriced[:shown])
+        more = f", +{len(unpriced) - shown} more" if len(unpriced) > shown else ""
+        console.print(Text(f"  not priced (by severity, nodes): {listed}{more}"))
 
 
 def rollup(nodes: Sequence[NodeReport]) -> list[tuple[str, str, list[str]]]:
@@ -839,6 +877,30 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
     )
     laggards = "".join(f"<li>{esc(b.said())}</li>" for b in behind_the_fleet(nodes))
     replays = "".join(f"<li>{esc(o.said())}</li>" for o in sdc_outliers(nodes))
+    costs, unpriced = check_costs(nodes)
+    cost_rows = "".join(
+        f"<tr><td>{esc(c.check)}</td><td>{c.gpu_hours_per_day:.1f}</td><td>{len(c.hosts)}</td>"
+        f"<td>{esc(', '.join(c.bases))}</td><td>{esc(_listed(list(c.hosts)))}</td></tr>"
+        for c in costs
+    )
+    unpriced_rows = "".join(
+        f"<tr><td>{esc(check)}</td><td>{esc(status)}</td><td>{len(hosts)}</td><td>{esc(_listed(hosts))}</td></tr>"
+        for check, status, hosts in unpriced
+    )
+    first = (
+        f"<h2>What to fix first</h2><p>{sum(c.gpu_hours_per_day for c in costs):.1f} GPU-hours a day lost "
+        "across the fleet, by check (each node's loss counted once; a node out of scheduling: all its "
+        "GPUs).</p>"
+        '<table class="costs"><tr><th>check</th><th>GPU-hours a day</th><th>nodes</th><th>priced</th>'
+        f"<th>which</th></tr>{cost_rows or NO_COST_ROW}</table>"
+        + (
+            "<p>Not priced (no method, or no measurement), the gravest first:</p>"
+            '<table class="costs"><tr><th>check</th><th>status</th><th>nodes</th><th>which</th></tr>'
+            f"{unpriced_rows}</table>"
+            if unpriced_rows
+            else ""
+        )
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dltune report</title>
 <style>
@@ -855,6 +917,7 @@ table.findings td {{ max-width: 40em; overflow-wrap: anywhere; }}
 <p>{len(nodes)} node(s), {healthy} healthy (no fail, no error, reachable, valid and current).
 Generated {esc(generated)} by dltune {esc(__version__)}. Nodes with findings first; hover a cell for
 its area's checks, click it for the node's findings.</p>
+{first}
 {f"<h2>Shared dependencies failing</h2><ul>{shared}</ul>" if shared else ""}
 <table class="matrix"><tr><th>node</th>{head}</tr>{"".join(rows)}</table>
 <h2>Findings</h2>
@@ -890,3 +953,138 @@ def previous_counters(file: Path) -> tuple[dict[str, dict[str, int]], str | None
         if ints:
             found[f"{result.get('id')}|{result.get('subject') or ''}"] = ints
     return found, None
+
+
+# What costs the fleet most: each node's priced findings (dltune.impact) added up by check, a node's
+# one loss counted once (its scope at its largest price, attributed to the check that priced it so), a
+# node out of scheduling counted as all its GPUs. Clock-class findings a node could not price (no
+# matmul of that GPU on the node: the bench ran on the CPU, or not on that GPU) are priced here against
+# the fleet's median matmul for the same device and dtype, over at least FLEET_MIN_NODES nodes.
+
+
+@dataclass(frozen=True)
+class CheckCost:
+    """One check's loss across the fleet: GPU-hours a day, the nodes, how it was priced."""
+
+    check: str
+    gpu_hours_per_day: float
+    hosts: tuple[str, ...]
+    bases: tuple[str, ...]
+
+    def said(self) -> str:
+        return (
+            f"{self.check}: {self.gpu_hours_per_day:.1f} GPU-hours a day on {len(self.hosts)} node(s) "
+            f"({', '.join(self.bases)}): {_listed(list(self.hosts))}"
+        )
+
+
+def _matmul_figures(results: Sequence[dict[str, Any]]) -> list[tuple[str, str, str, str | None, float]]:
+    """(device, device name, dtype, uuid, TFLOPS) of a node's measured matmuls."""
+    found = []
+    for r in results:
+        evidence, value = r.get("evidence") or {}, (r.get("metrics") or {}).get("tflops")
+        if r.get("id") != "bench.matmul" or r.get("status") not in ("pass", "warn", "fail"):
+            continue
+        name, dtype = evidence.get("name"), evidence.get("dtype")
+        if not (isinstance(name, str) and isinstance(dtype, str) and isinstance(value, int | float)):
+            continue
+        if isinstance(value, bool) or not value > 0:
+            continue
+        uuid = evidence.get("uuid") if isinstance(evidence.get("uuid"), str) else None
+        found.append((str(r.get("subject") or "").rpartition(":")[0], name, dtype, uuid, float(value)))
+    return found
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def fleet_priced(nodes: Sequence[NodeReport]) -> list[NodeReport]:
+    """The nodes with their unpriced clock-class findings priced against the fleet's matmul figure."""
+    from dltune.impact import CLOCK_CLASS, MEASURED, PRICING_DTYPES, priced, uuid_of
+
+    usable = [n for n in nodes if not n.problem and not n.stale]
+    figures = {id(n): _matmul_figures(n.results) for n in usable}
+    by_kind: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    for node in usable:
+        for _device, name, dtype, _uuid, value in figures[id(node)]:
+            by_kind.setdefault((name, dtype), []).append((node.host, value))
+    medians = {
+        kind: (_median([v for _, v in values]), len({h for h, _ in values}))
+        for kind, values in by_kind.items()
+        if len({h for h, _ in values}) >= FLEET_MIN_NODES
+    }
+    out = []
+    for node in nodes:
+        mine = figures.get(id(node), [])
+        results = []
+        for r in node.results:
+            impact = r.get("impact") or {}
+            if r.get("id") in CLOCK_CLASS and impact.get("basis") == "unpriced" and mine:
+                uuid = uuid_of(r.get("subject"))
+                candidates = [f for f in mine if f[3] == uuid] or [f for f in mine if f[0] == "cpu"]
+                ranked = sorted(
+                    (f for f in candidates if (f[1], f[2]) in medians),
+                    key=lambda f: (
+                        PRICING_DTYPES.index(f[2]) if f[2] in PRICING_DTYPES else len(PRICING_DTYPES)
+                    ),
+                )
+                if ranked:
+                    device, name, dtype, _uuid, value = ranked[0]
+                    median, count = medians[(name, dtype)]
+                    method = (
+                        f"{dtype} matmul {value:.2f} TFLOPS on {device}, {value / median:.1%} of the median "
+                        f"{median:.2f} of {name} on {count} nodes (dltune report: the fleet's figure)"
+                    )
+                    if device == "cpu":
+                        method += "; the bench ran on the CPU, whose figure stands for the node's GPUs"
+                    gpus = impact["gpus"] if isinstance(impact.get("gpus"), int) else 1
+                    use = float(impact["use"]) if isinstance(impact.get("use"), int | float) else 1.0
+                    r = {**r, "impact": priced(1.0 - value / median, "matmul", f"matmul:{uuid or device}",
+                                               gpus, use, MEASURED, method)}  # fmt: skip
+            results.append(r)
+        out.append(NodeReport(node.host, results, node.problem, node.sources, node.stale))
+    return out
+
+
+def check_costs(nodes: Sequence[NodeReport]) -> tuple[list[CheckCost], list[tuple[str, str, list[str]]]]:
+    """The checks by GPU-hours a day lost across the fleet, most first; and the findings no method
+    priced, by severity then by how many nodes have them (rollup's order)."""
+    from dltune.impact import ESTIMATED, MEASURED
+
+    hours: dict[str, float] = {}
+    hosts: dict[str, set[str]] = {}
+    bases: dict[str, set[str]] = {}
+    priced_checks: dict[str, set[str]] = {}
+    for node in nodes:
+        if node.problem or node.stale:
+            continue
+        best: dict[str, tuple[float, dict[str, Any]]] = {}
+        for r in node.results:
+            impact = r.get("impact") or {}
+            value = impact.get("gpu_hours_per_day")
+            if impact.get("basis") not in (MEASURED, ESTIMATED) or isinstance(value, bool):
+                continue
+            if not isinstance(value, int | float):
+                continue
+            priced_checks.setdefault(node.host, set()).add(r["id"])
+            scope = str(impact.get("scope"))
+            if scope not in best or value > best[scope][0]:
+                best[scope] = (float(value), r)
+        chosen = {"node": best["node"]} if "node" in best else best
+        for value, r in chosen.values():
+            hours[r["id"]] = hours.get(r["id"], 0.0) + value
+            hosts.setdefault(r["id"], set()).add(node.host)
+            bases.setdefault(r["id"], set()).add(str(r["impact"]["basis"]))
+    costs = [
+        CheckCost(check, round(total, 2), tuple(sorted(hosts[check])), tuple(sorted(bases[check])))
+        for check, total in hours.items()
+    ]
+    costs.sort(key=lambda c: (-c.gpu_hours_per_day, c.check))
+    unpriced = [
+        (check, status, [h for h in found if check not in priced_checks.get(h, set())])
+        for check, status, found in rollup(nodes)
+    ]
+    return costs, [(c, s, h) for c, s, h in unpriced if h and c not in hours]

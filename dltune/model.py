@@ -87,6 +87,10 @@ class Result:
     # "was": the status it had}. An acknowledged fail is shown as warn, not critical: known, accepted,
     # no drain and no alert until the acknowledgement ends.
     acknowledged: Mapping[str, Any] | None = None
+    # What the finding costs in training time (dltune.impact): {"basis": "measured" | "estimated",
+    # "fraction", "of", "scope", "gpus", "use", "gpu_hours_per_day", "method", "source"?}, or
+    # {"basis": "unpriced", "why"}; None on a result that is no finding (or a command that prices none).
+    impact: Mapping[str, Any] | None = None
 
     @property
     def area(self) -> str:
@@ -106,6 +110,7 @@ class Result:
             "critical": self.critical,
             "shared_dependency": None if self.shared_dependency is None else visible(self.shared_dependency),
             "acknowledged": None if self.acknowledged is None else visible_data(self.acknowledged),
+            "impact": None if self.impact is None else visible_data(self.impact),
         }
 
 

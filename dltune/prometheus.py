@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from dltune import SCHEMA_VERSION, __version__
+from dltune.impact import node_loss
 from dltune.model import Result, Status
 
 if TYPE_CHECKING:
@@ -209,6 +210,7 @@ def render_prometheus(
     acknowledged: list[str] = []
     ack_until: list[str] = []
     measured: dict[str, list[str]] = {}
+    costs: list[str] = []
     for r in results:
         # Every text from the host as every output shows it (dltune.text.visible, in to_dict).
         shown = r.to_dict()
@@ -225,6 +227,16 @@ def render_prometheus(
                 ack_until.append(
                     _series("dltune_check_acknowledged_until_timestamp_seconds", identity, until)
                 )
+        impact = shown["impact"] or {}
+        if impact.get("basis") in ("measured", "estimated"):
+            labels = {**identity, "basis": str(impact["basis"]), "of": str(impact.get("of", ""))}
+            costs.append(
+                _series(
+                    "dltune_finding_lost_gpu_seconds_per_day",
+                    labels,
+                    float(impact["gpu_hours_per_day"]) * 3600,
+                )
+            )
         for key, value in sorted(shown["metrics"].items()):
             name, factor = measurement_name(shown["area"], key)
             labels = {"check": shown["id"], **entity}
@@ -244,6 +256,17 @@ def render_prometheus(
         "dltune_check_acknowledged_until_timestamp_seconds",
         "When the acknowledgement ends (Unix time).",
         ack_until,
+    )
+    lines += _family(
+        "dltune_finding_lost_gpu_seconds_per_day",
+        "What a finding costs: GPU-seconds a day lost at the node's use (GPU-hours x 3600; dltune.impact; "
+        "basis measured or estimated, of: what the lost fraction is of).",
+        costs,
+    )
+    lines += _family(
+        "dltune_node_lost_gpu_seconds_per_day",
+        "The node's loss in GPU-seconds a day: each loss once (findings of one scope counted once).",
+        [_series("dltune_node_lost_gpu_seconds_per_day", {}, node_loss(r.to_dict() for r in results) * 3600)],
     )
     for name in sorted(measured):
         lines += _family(

@@ -7,7 +7,7 @@ import errno
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -192,6 +192,8 @@ def render_human(
         cell = Text(summary)
         if r.status in FINDINGS and as_dict["remedy"]:
             cell.append("\nfix: " + as_dict["remedy"], style="italic")
+        if as_dict["impact"] and as_dict["impact"].get("basis") in PRICED:
+            cell.append("\ncost: " + cost_text(as_dict["impact"]), style="italic")
         table.add_row(
             Text(r.status.value.upper(), style=STATUS_STYLE[r.status]),
             Text(r.id),
@@ -212,6 +214,20 @@ def render_human(
         console.print(Text(f"{', '.join(p for p in parts if p)}: `dltune {what} --all` lists them"))
     counts = {s: sum(1 for r in results if r.status is s) for s in STATUS_ORDER}
     console.print(Text(", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "no checks ran"))
+
+
+PRICED = ("measured", "estimated")
+
+
+def cost_text(impact: Mapping[str, Any]) -> str:
+    """A price as one line: "4.8 GPU-hours a day (20% of matmul on 1 GPU, measured)", or why none."""
+    if impact.get("basis") not in PRICED:
+        return f"not priced: {impact.get('why', 'no method')}"
+    fraction, gpus = impact.get("fraction", 0), impact.get("gpus", 0)
+    return (
+        f"{impact.get('gpu_hours_per_day', 0):g} GPU-hours a day ({fraction:.1%} of {impact.get('of')} on "
+        f"{gpus} GPU{'s' if gpus != 1 else ''}, {impact['basis']})"
+    )
 
 
 # --- Ansible local facts (the Prometheus textfile: dltune.prometheus) -----------------------------------

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -258,7 +258,20 @@ class _Bench:
             results += judge.judge_data_parallel(
                 self.devices, *parallel, single_images_per_s=synthetic.images_per_s
             )
-        return results + self.sdc()
+        return self.with_gpu_ids(results + self.sdc())
+
+    def with_gpu_ids(self, results: list[Result]) -> list[Result]:
+        """Each result of one GPU (its subject "cuda:N:...") with the GPU's NVML UUID in its evidence:
+        the audit names GPUs by UUID, and dltune.impact prices an audit finding by its GPU's figures."""
+        if self.on_cpu:
+            return results
+        ids = {d: self.measure.nvml_uuid(self.torch, d) for d in self.devices}
+        return [
+            replace(r, evidence={**r.evidence, "uuid": ids[device]})
+            if (device := ":".join((r.subject or "").split(":")[:2])) in ids and ids[device]
+            else r
+            for r in results
+        ]
 
     def matmul(self) -> list[Result]:
         self.step("matmul")
@@ -345,7 +358,11 @@ class _Bench:
         real = self.train(loader=loader)
         epochs = self.size["batch"] * (self.size["warmup"] + self.size["steps"]) / len(self.dataset)
         real.settings.update(
-            num_workers=workers, dataset=self.described, images=len(self.dataset), epochs=round(epochs, 2)
+            num_workers=workers,
+            dataset=self.described,
+            images=len(self.dataset),
+            epochs=round(epochs, 2),
+            image_size=self.size["image_size"],
         )
         return [judge.judge_training(real), judge.judge_input_gap(synthetic, real, workers)]
 

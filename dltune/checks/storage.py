@@ -153,7 +153,7 @@ _LIVE_VISIBLE = frozenset(
 SPACE_WARN, SPACE_FAIL = 0.10, 0.03  # free fraction of bytes or inodes
 
 
-def _atime_mode(options: tuple[str, ...]) -> str:
+def atime_mode(options: tuple[str, ...]) -> str:
     for mode in ("noatime", "strictatime", "relatime"):
         if mode in options:
             return mode
@@ -191,7 +191,7 @@ def data_noatime(snap: Snapshot) -> list[Result]:
         results = []
         for mount in candidates:
             # The kernel shows the atime mode among the per-mount options (cheaper than all options).
-            mode = _atime_mode(mount.mount_options)
+            mode = atime_mode(mount.mount_options)
             advice: dict[str, Any] = {
                 "judged_against": "best practice (no data_disks manifest)",
                 "fstype": mount.fstype,
@@ -248,7 +248,7 @@ def data_noatime(snap: Snapshot) -> list[Result]:
                 Result(
                     check_id,
                     Status.FAIL,
-                    f"{mp} is mounted {_atime_mode(live.options)}, but role data_disks applied noatime",
+                    f"{mp} is mounted {atime_mode(live.options)}, but role data_disks applied noatime",
                     subject=mp,
                     evidence=evidence,
                     remedy=remedy,

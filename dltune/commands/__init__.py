@@ -114,6 +114,18 @@ def seconds_option(
     return number_option(*names, kind=float, minimum=minimum, maximum=maximum, help=help, **extra)
 
 
+def gpu_use_option() -> Any:
+    """--gpu-use: the share of the day the node's GPUs train, which a finding's GPU-hours scale by."""
+    return number_option(
+        "--gpu-use",
+        kind=float,
+        minimum=0.0,
+        maximum=1.0,
+        help="Share of the day this node's GPUs train: a finding's GPU-hours a day are priced at it "
+        "(1.0: around the clock).",
+    )
+
+
 def parse_areas(only: str | None) -> list[str] | None:
     if only is None:
         return None

@@ -23,6 +23,7 @@ from dltune.commands import (
     check_directory,
     check_output_file,
     error_line,
+    gpu_use_option,
     number_option,
     parse_areas,
     seconds_option,
@@ -131,6 +132,7 @@ def audit_results(
     deadline: Deadline,
     previous: Mapping[str, Mapping[str, int]] | None = None,
     dcgm_level: int | None = None,
+    gpu_use: float = 1.0,
 ) -> tuple[Snapshot, list[Result], str]:
     """The audit itself: the node's snapshot, its judgement by every check of ``areas``, the host's name.
     NVML's child starts first, before the imports of every probe and check: its half-second clock
@@ -158,7 +160,10 @@ def audit_results(
     )
     for path, error in snapshot.errors.items():
         log.info("probe could not read %s: %s", path, error)
-    results = acknowledged(run_checks(snapshot, areas), root)
+    from dltune.impact import Node, price
+
+    gpus = len(snapshot.nvml.gpus) if snapshot.nvml.available else 0
+    results = price(acknowledged(run_checks(snapshot, areas), root), Node(gpus=gpus, use=gpu_use))
     return snapshot, results, host_name(root)
 
 
@@ -249,6 +254,7 @@ def audit(
             "(dltune_health_gpu_numa_nodes, dltune_health_gpu_nearest_nics) for group_vars, and exit.",
         ),
     ] = False,
+    gpu_use: Annotated[float, gpu_use_option()] = 1.0,
 ) -> None:
     """Read-only audit of this node against what the roles applied. Exit 0 ok, 1 fail, 2 usage/error."""
     deadline = Deadline(timeout)
@@ -273,7 +279,14 @@ def audit(
             slurm_node = slurm_node_name(slurm_node, environ=False)
         counters = earlier_counters(previous, facts_file)
         snapshot, results, host = audit_results(
-            root, areas, nfs_timeout, nvml_timeout, deadline, counters, dcgm_level=1 if dcgm else None
+            root,
+            areas,
+            nfs_timeout,
+            nvml_timeout,
+            deadline,
+            counters,
+            dcgm_level=1 if dcgm else None,
+            gpu_use=gpu_use,
         )
         if policy is not None:
             said, added, failed, _report = apply_slurm_health(slurm_node, results, policy, history_file)

@@ -16,6 +16,7 @@ from dltune.commands import (
     ALL_OPTION,
     BenchFormat,
     error_line,
+    gpu_use_option,
     number_option,
     progress_console,
     stdout_console,
@@ -166,6 +167,7 @@ def bench(
         BenchFormat, typer.Option("--format", help="Output format on stdout.")
     ] = BenchFormat.human,
     show_all: Annotated[bool, ALL_OPTION] = False,
+    gpu_use: Annotated[float, gpu_use_option()] = 1.0,
 ) -> None:
     """Short benchmark of this node's GPUs (or CPU): matmul and memory vs spec, training throughput,
     input-pipeline gap, determinism, data-parallel, silent data corruption by replay. Exit 0 ok, 1 a
@@ -212,6 +214,9 @@ def bench(
     if results is None:  # another node of a multi-node run: the first node reports for all
         err.print(f"dltune bench: {visible(socket.gethostname())} took part; the step's first node reports")
         raise typer.Exit(0)
+    from dltune.impact import Node, bench_gpus, price
+
+    results = price(results, Node(gpus=bench_gpus(results), use=gpu_use))
     from dltune.report import render_human, render_json
 
     now = datetime.now(timezone.utc)

@@ -16,6 +16,7 @@ import typer
 from dltune.commands import (
     ALL_OPTION,
     BenchFormat,
+    gpu_use_option,
     number_option,
     progress_console,
     seconds_option,
@@ -27,7 +28,8 @@ from dltune.probes.watchdog import Deadline
 
 if TYPE_CHECKING:
     from dltune.bench.judge import TorchCuda
-    from dltune.snapshot import NvmlState
+    from dltune.impact import IoCost
+    from dltune.snapshot import NvmlState, Snapshot
 
 
 # long: mostly its option declarations
@@ -69,6 +71,7 @@ def check(
             help="Seconds DCGM may run before it aborts the diagnostic itself.",
         ),
     ] = None,
+    gpu_use: Annotated[float, gpu_use_option()] = 1.0,
 ) -> None:
     """Audit this node, then run `dltune bench --quick` on its GPUs (CPU where NVML sees none), unless
     asked not to, a critical check failed or a job is using a GPU (each a skipped bench.run); with
@@ -85,7 +88,9 @@ def check(
 
     if dcgm is not None and dcgm not in DCGM_TIMEOUT_S:
         raise typer.BadParameter(f"{dcgm}: DCGM's levels are 1, 2, 3 and 4", param_hint="--dcgm")
-    snapshot, results, host = audit_results(Path("/"), None, nfs_timeout, nvml_timeout, Deadline(timeout))
+    snapshot, results, host = audit_results(
+        Path("/"), None, nfs_timeout, nvml_timeout, Deadline(timeout), gpu_use=gpu_use
+    )
     busy = {g.index: g.compute_pids for g in snapshot.nvml.gpus if g.compute_pids}
     if dcgm is not None:
         results += _dcgm_results(
@@ -101,6 +106,7 @@ def check(
         gpus = len(nvml.gpus) if nvml.available else 0
         gate = torch if isinstance(torch, Result) else torch_gpu_gate(torch, gpus, nvml.driver_version)
     results += [gate] if gate is not None else _quick_bench(device)
+    results = _priced(results, snapshot, gpu_use, measure=gate is None)
     from dltune.report import render_human, render_json
 
     now = datetime.now(timezone.utc)
@@ -110,6 +116,58 @@ def check(
         asked = frozenset({"bench.run", *(("gpu.dcgm",) if dcgm is not None else ())})
         render_human(results, stdout_console(), host, what="check", show_all=show_all, asked=asked)
     raise typer.Exit(check_exit_code(results))
+
+
+def _priced(results: list[Result], snapshot: Snapshot, use: float, measure: bool) -> list[Result]:
+    """Every finding with its price (dltune.impact); the file-system findings measured first where the
+    bench ran (a node that must not be loaded now is not measured either)."""
+    from dltune.impact import Node, price
+
+    gpus = len(snapshot.nvml.gpus) if snapshot.nvml.available else 0
+    if not gpus:
+        gpus = len(
+            {
+                (r.subject or "").split(":")[1]
+                for r in results
+                if r.id == "bench.matmul" and (r.subject or "").startswith("cuda:")
+            }
+        )
+    costs = _io_costs(results, snapshot) if measure else {}
+    return price(results, Node(gpus=gpus, use=use, io_costs=costs))
+
+
+def _io_costs(results: list[Result], snapshot: Snapshot) -> dict[str, IoCost]:
+    """What the audit's atime and /tmp findings cost here, measured (dltune.bench.io_cost)."""
+    from dltune.bench.io_cost import SCRATCH, atime_cost, tmp_cost
+    from dltune.checks.storage import atime_mode
+    from dltune.impact import IoCost, is_finding
+    from dltune.snapshot import mount_at
+
+    costs: dict[str, IoCost] = {}
+    for r in results:
+        if not is_finding(r) or r.subject is None or r.subject in costs:
+            continue
+        if r.id == "storage.data_noatime":
+            mount = mount_at(snapshot.mounts, r.subject)
+            if mount is None:
+                costs[r.subject] = IoCost(None, "small-file reads", why=f"{r.subject} is not mounted")
+                continue
+            progress_console().print(f"dltune check: measuring what access times cost on {r.subject}")
+            costs[r.subject] = atime_cost(Path(r.subject), atime_mode(mount.mount_options))
+        elif r.id == "storage.tmp_tmpfs":
+            live = r.evidence.get("live_fstype") if isinstance(r.evidence, dict) else None
+            if live == "tmpfs":
+                costs[r.subject] = IoCost(
+                    None, SCRATCH, why=f"{r.subject} is a tmpfs already; its options differ"
+                )
+                continue
+            shm = mount_at(snapshot.mounts, "/dev/shm")
+            if shm is None or shm.fstype != "tmpfs":
+                costs[r.subject] = IoCost(None, SCRATCH, why="no tmpfs at /dev/shm to measure against")
+                continue
+            progress_console().print(f"dltune check: measuring {r.subject} against a tmpfs")
+            costs[r.subject] = tmp_cost(Path(r.subject), Path("/dev/shm"))
+    return costs
 
 
 def _dcgm_results(

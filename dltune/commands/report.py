@@ -35,7 +35,7 @@ def report(
     for path, hint in ((html_file, "--html"), (json_file, "--json")):
         if path is not None:
             check_output_file(path, hint)
-    nodes = cluster.load(paths)
+    nodes = cluster.fleet_priced(cluster.load(paths))
     if not nodes:
         raise typer.BadParameter("no *.json reports found", param_hint="PATHS")
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")

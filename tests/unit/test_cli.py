@@ -40,6 +40,7 @@ def test_json_envelope_of_a_fixture_tree() -> None:
         "critical",
         "shared_dependency",
         "acknowledged",
+        "impact",
     }
 
 

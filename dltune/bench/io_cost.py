@@ -1,0 +1,177 @@
+"""What two file-system findings cost on this node, measured without changing a mount (dltune.impact
+prices storage.data_noatime and storage.tmp_tmpfs with them; `dltune check` measures where the audit
+found either):
+
+- access times: the same small files read with and without ``O_NOATIME`` on the data disk as it is
+  mounted. ``O_NOATIME`` reads exactly as a ``noatime`` mount would (no access time written), so the
+  difference is what the mount's atime mode costs these reads; the access times are aged two days
+  before every round (a dataset written long ago: ``relatime`` then writes once, ``strictatime`` on
+  every read) and the file system's writeback is inside the timed part (``syncfs``), as in
+  benchmarks/noatime.py, which remounts instead (root).
+- /tmp: the same small-file scratch work (create, write, read back, remove) in /tmp and in a tmpfs
+  (/dev/shm): what /tmp on tmpfs would make of it.
+
+Each measures in a private directory it creates (0700) inside the mount and removes after; arms are
+interleaved round by round, and the median of the rounds is taken (machine noise hits both alike).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from dltune.impact import IoCost
+
+TWO_DAYS_S = 2 * 24 * 3600
+SMALL_FILE_READS = "small-file reads"
+SCRATCH = "scratch files in /tmp"
+
+
+def _syncfs(fd: int) -> None:
+    """Write back the file system holding ``fd`` (its dirty inodes: the access times); all of them
+    where libc has no syncfs."""
+    libc_name = ctypes.util.find_library("c")
+    syncfs = getattr(ctypes.CDLL(libc_name, use_errno=True), "syncfs", None) if libc_name else None
+    if syncfs is None or syncfs(fd) != 0:
+        os.sync()
+
+
+@contextlib.contextmanager
+def _private_directory(mount: Path) -> Iterator[Path | str]:
+    """A directory of this user's own (0700) inside ``mount``, removed after; or why there is none."""
+    try:
+        made = Path(tempfile.mkdtemp(prefix=".dltune-io-cost-", dir=mount))
+    except OSError as exc:
+        yield f"cannot make a scratch directory in {mount} to measure in: {exc.strerror}"
+        return
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def _files(directory: Path, count: int, size: int) -> list[Path]:
+    payload = os.urandom(size)
+    paths = [directory / f"f{i:05d}" for i in range(count)]
+    for path in paths:
+        path.write_bytes(payload)
+    return paths
+
+
+def _read_all(paths: list[Path], epochs: int, flags: int, directory_fd: int) -> float:
+    start = time.perf_counter()
+    for _ in range(epochs):
+        for path in paths:
+            fd = os.open(path.name, os.O_RDONLY | flags, dir_fd=directory_fd)
+            try:
+                while os.read(fd, 1 << 16):
+                    pass
+            finally:
+                os.close(fd)
+    _syncfs(directory_fd)
+    return time.perf_counter() - start
+
+
+def _age(paths: list[Path], directory_fd: int) -> None:
+    now = time.time()
+    for path in paths:
+        mtime = os.stat(path.name, dir_fd=directory_fd).st_mtime
+        os.utime(path.name, (now - TWO_DAYS_S, mtime), dir_fd=directory_fd)
+
+
+def _median_pair(
+    rounds: int, first: Callable[[], float], second: Callable[[], float]
+) -> tuple[float, float, float]:
+    """Both arms' medians over interleaved rounds, and the noise: half the wider arm's range."""
+    ones: list[float] = []
+    twos: list[float] = []
+    for index in range(rounds):
+        if index % 2:
+            twos.append(second())
+            ones.append(first())
+        else:
+            ones.append(first())
+            twos.append(second())
+    noise = max(max(ones) - min(ones), max(twos) - min(twos)) / 2
+    return statistics.median(ones), statistics.median(twos), noise
+
+
+def _cost(slower: float, faster: float, noise: float, of: str, method: str) -> IoCost:
+    """The share ``slower`` loses against ``faster``; 0 where the difference is within the noise."""
+    if slower - faster <= noise or slower <= 0:
+        return IoCost(
+            0.0, of, f"{method}: the difference is within the measurement's noise (+-{noise * 1e3:.1f} ms)"
+        )
+    return IoCost(1.0 - faster / slower, of, method)
+
+
+def atime_cost(
+    mount: Path, mode: str, files: int = 2000, size: int = 4096, epochs: int = 4, rounds: int = 7
+) -> IoCost:
+    """Small-file reads on ``mount`` as mounted (atime ``mode``) against the same with O_NOATIME."""
+    with _private_directory(mount) as directory:
+        if isinstance(directory, str):
+            return IoCost(None, SMALL_FILE_READS, why=directory)
+        paths = _files(directory, files, size)
+        directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            _syncfs(directory_fd)
+
+            def as_mounted() -> float:
+                _age(paths, directory_fd)
+                _syncfs(directory_fd)
+                return _read_all(paths, epochs, 0, directory_fd)
+
+            def without_atime() -> float:
+                _age(paths, directory_fd)
+                _syncfs(directory_fd)
+                return _read_all(paths, epochs, os.O_NOATIME, directory_fd)
+
+            plain, noatime, noise = _median_pair(rounds, as_mounted, without_atime)
+        finally:
+            os.close(directory_fd)
+    method = (
+        f"{files} files of {size} B read {epochs} times on {mount}: {plain * 1e3:.0f} ms as mounted "
+        f"({mode}), {noatime * 1e3:.0f} ms with O_NOATIME (as noatime would), writeback included; median of "
+        f"{rounds} interleaved rounds, access times aged two days before each"
+    )
+    return _cost(plain, noatime, noise, SMALL_FILE_READS, method)
+
+
+def _scratch_work(directory: Path, files: int, size: int) -> float:
+    payload = os.urandom(size)
+    start = time.perf_counter()
+    for i in range(files):
+        path = directory / f"s{i:05d}"
+        path.write_bytes(payload)
+        path.read_bytes()
+        path.unlink()
+    directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _syncfs(directory_fd)
+    finally:
+        os.close(directory_fd)
+    return time.perf_counter() - start
+
+
+def tmp_cost(tmp: Path, tmpfs: Path, files: int = 1000, size: int = 16384, rounds: int = 7) -> IoCost:
+    """Scratch work in ``tmp`` against the same in ``tmpfs`` (a tmpfs: /dev/shm)."""
+    with _private_directory(tmp) as here, _private_directory(tmpfs) as there:
+        if isinstance(here, str) or isinstance(there, str):
+            return IoCost(None, SCRATCH, why=str(here if isinstance(here, str) else there))
+        on_tmp, on_tmpfs, noise = _median_pair(
+            rounds, lambda: _scratch_work(here, files, size), lambda: _scratch_work(there, files, size)
+        )
+    method = (
+        f"{files} files of {size} B created, written, read back and removed: {on_tmp * 1e3:.0f} ms in {tmp}, "
+        f"{on_tmpfs * 1e3:.0f} ms in the tmpfs {tmpfs}; median of {rounds} interleaved rounds"
+    )
+    return _cost(on_tmp, on_tmpfs, noise, SCRATCH, method)
