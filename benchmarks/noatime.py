@@ -9,11 +9,19 @@ Each round, for each atime mode in turn (interleaved, so machine noise hits all 
   4. read every file --epochs times (the first cold, the rest warm, like training epochs), then
      sync: the time includes writing back the access times.
 Prints the median per mode and its ratio to noatime. Needs root (loop device, drop_caches).
+
+--method-check compares how `dltune check` prices storage.data_noatime (dltune.bench.io_cost: the
+same reads with and without O_NOATIME on the mount as it is, warm cache, writeback inside the timed
+part) with what remounting the disk noatime gives for the same files and reads, round by round:
+`dltune check`'s fraction must agree with the remount's. --mount DIR runs it on a mounted disk
+(remounted between the modes, its options restored after) instead of a loop device; --json prints
+one JSON object (the lab test reads it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -62,6 +70,43 @@ def read_round(files: list[Path], epochs: int) -> float:
     return time.perf_counter() - start
 
 
+def method_check(mount: Path, files: int, epochs: int, rounds: int) -> dict[str, float]:
+    """dltune's O_NOATIME arm and a noatime remount against the same strictatime reads, interleaved."""
+    from dltune.bench import io_cost
+
+    options = run("findmnt", "-n", "-o", "OPTIONS", "--target", str(mount))
+    work = Path(tempfile.mkdtemp(prefix=".dltune-noatime-", dir=mount))
+    times: dict[str, list[float]] = {"strictatime": [], "o_noatime": [], "noatime_mount": []}
+    try:
+        paths = io_cost._files(work, files, 4096)
+        fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+
+            def timed(flags: int) -> float:
+                io_cost._age(paths, fd)
+                io_cost._syncfs(fd)
+                return io_cost._read_all(paths, epochs, flags, fd)
+
+            for index in range(rounds):
+                run("mount", "-o", "remount,strictatime", "--options-source", "disable", str(mount))
+                arms = [("strictatime", 0), ("o_noatime", os.O_NOATIME)]
+                for name, flags in arms if index % 2 == 0 else arms[::-1]:
+                    times[name].append(timed(flags))
+                run("mount", "-o", "remount,noatime", "--options-source", "disable", str(mount))
+                times["noatime_mount"].append(timed(0))
+        finally:
+            os.close(fd)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        run("mount", "-o", f"remount,{options}", "--options-source", "disable", str(mount))
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        **{f"{name}_s": value for name, value in medians.items()},
+        "dltune_fraction": 1.0 - medians["o_noatime"] / medians["strictatime"],
+        "remount_fraction": 1.0 - medians["noatime_mount"] / medians["strictatime"],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -70,11 +115,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--image-mb", type=int, default=768)
+    parser.add_argument("--method-check", action="store_true", help="dltune check's method vs a remount")
+    parser.add_argument("--mount", type=Path, help="--method-check on this mounted disk (no loop device)")
+    parser.add_argument("--json", action="store_true", help="--method-check's figures as one JSON object")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root: a loop device and /proc/sys/vm/drop_caches", file=sys.stderr)
         return 2
     console = Console(stderr=True)
+    if args.method_check and args.mount:
+        return report_method_check(method_check(args.mount, args.files, args.epochs, args.rounds), args.json)
     work = Path(tempfile.mkdtemp(prefix="dltune-noatime-", dir="/var/tmp"))
     image, mnt = work / "disk.img", work / "mnt"
     mnt.mkdir()
@@ -85,6 +135,8 @@ def main() -> int:
         loop = run("losetup", "--find", "--show", str(image))
         run("mkfs.ext4", "-q", "-N", str(args.files + 10000), loop)
         run("mount", "-o", "noatime", loop, str(mnt))
+        if args.method_check:
+            return report_method_check(method_check(mnt, args.files, args.epochs, args.rounds), args.json)
         console.print(f"writing {args.files} files on {loop} ...")
         files = make_dataset(mnt, args.files, random.Random(1))  # noqa: S311 - test data, not secrets
         samples: dict[str, list[float]] = {m: [] for m in MODES}
@@ -117,6 +169,24 @@ def main() -> int:
         if loop:
             subprocess.run(["losetup", "--detach", loop], check=False)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def report_method_check(figures: dict[str, float], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(figures))
+        return 0
+    table = Table(title="dltune check's O_NOATIME reads vs a noatime remount (warm cache, medians)")
+    for column in ("strictatime s", "O_NOATIME s", "noatime mount s", "dltune's fraction", "remount's"):
+        table.add_column(column)
+    table.add_row(
+        f"{figures['strictatime_s']:.4f}",
+        f"{figures['o_noatime_s']:.4f}",
+        f"{figures['noatime_mount_s']:.4f}",
+        f"{figures['dltune_fraction']:.1%}",
+        f"{figures['remount_fraction']:.1%}",
+    )
+    Console().print(table)
+    return 0
 
 
 if __name__ == "__main__":
