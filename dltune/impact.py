@@ -207,12 +207,16 @@ def _clock_price(result: Result, ctx: _Context) -> dict[str, Any]:
     pricing = result if result.id == "bench.matmul" else _pricing_matmul(mine)
     loss = _matmul_loss(pricing) if pricing else None
     if key is None or loss is None:
-        where = (
-            "on the CPU" if "cpu" in ctx.bench_devices else "without this GPU" if ctx.bench_devices else "not"
+        ran = (
+            "the bench ran on the CPU"
+            if "cpu" in ctx.bench_devices
+            else "the bench did not measure this GPU"
+            if ctx.bench_devices
+            else "no bench ran: dltune check measures it"
         )
         return unpriced(
-            f"no matmul of this GPU to measure it by (the bench ran {where}); dltune report prices it "
-            "against the fleet's figure for the same device",
+            f"no matmul of this GPU to measure it by ({ran}); dltune report prices it against the "
+            "fleet's figure for the same device",
             gpus=1,
             use=ctx.node.use,
         )

@@ -154,10 +154,13 @@ SPACE_WARN, SPACE_FAIL = 0.10, 0.03  # free fraction of bytes or inodes
 
 
 def atime_mode(options: tuple[str, ...]) -> str:
+    """The atime mode of a mount's per-mount options as the kernel shows them (mountinfo): it writes
+    "noatime" or "relatime" when set, and nothing for strictatime (fs/proc_namespace.c,
+    show_mnt_opts; a remount,strictatime in the lab reads "rw" alone)."""
     for mode in ("noatime", "strictatime", "relatime"):
         if mode in options:
             return mode
-    return "relatime (kernel default)"
+    return "strictatime"
 
 
 # The subject names the mount point: the texts stay short and shared (thousands of container mounts).

@@ -453,6 +453,91 @@ def test_find_slow_names_the_node_whose_cpus_were_cut_and_none_before(lab: None)
     assert len(named["evidence"]["rounds"]) == 2  # 3 nodes: each meets the other two
 
 
+def check_on(node: str, report_dir: Path) -> dict[str, dict[str, Any]]:
+    """`dltune check --device cpu --format json` on a lab node as root (who may write on /data), the
+    envelope kept in ``report_dir`` for `dltune report`; its results by (id, subject)."""
+    done = subprocess.run(["docker", "exec", node, "dltune", "check", "--device", "cpu", "--format", "json"],
+                          capture_output=True, text=True, check=False, timeout=900)  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    (report_dir / f"{node}.json").write_text(done.stdout)
+    return {(r["id"], r["subject"]): r for r in json.loads(done.stdout)["results"]}
+
+
+def test_a_throttled_node_and_a_strictatime_data_disk_are_priced_measured_and_ranked_first(
+    lab: None, tmp_path: Path
+) -> None:
+    """`dltune check` on every lab node (CPU processes stand in for the GPUs, as for --find-slow):
+    node3's /data (role data_disks applied noatime) remounted strictatime, its CPUs cut to half a CPU
+    (a real cgroup quota) and a power brake seen on its fake GPU 1 (gpu.clocks warns, the clock
+    class: NVML's clock-event counters cannot be made to move here). node3's storage.data_noatime is priced
+    `measured` by dltune check's O_NOATIME reads, and benchmarks/noatime.py --method-check, remounting
+    the same disk noatime, agrees with it; gpu.clocks cannot be priced on the node (no matmul of that
+    GPU) and `dltune report` prices it `measured` against the fleet's median matmul of the same CPU.
+    The report opens with what to fix first, both findings in it."""
+    slow = NODES[2]
+    report_dir = tmp_path / "nodes"
+    report_dir.mkdir()
+    for node in NODES[:2]:
+        clean = check_on(node, report_dir)
+        assert clean[("storage.data_noatime", "/data")]["impact"] is None, clean[
+            ("storage.data_noatime", "/data")
+        ]
+    docker_exec(slow, "mount", "-o", "remount,strictatime", "/data")
+    # A brake seen for a fifth of the window: gpu.clocks warns (a critical fail would keep the bench,
+    # and the measurements, from running).
+    brake = "; ".join(
+        f"echo {line} >> {SCENARIO}" for line in ("gpu1.throttle=0x80", "gpu1.share_hw_brake=0.2")
+    )
+    docker_exec(slow, "sh", "-c", brake)
+    subprocess.run(["docker", "update", "--cpu-period", "100000", "--cpu-quota", "50000", slow], check=True,
+                   capture_output=True)  # fmt: skip
+    try:
+        throttled = check_on(slow, report_dir)
+    finally:
+        subprocess.run(["docker", "update", "--cpu-quota", "-1", slow], check=True, capture_output=True)
+        docker_exec(slow, "sed", "-i", "/gpu1.throttle=0x80/d;/share_hw_brake/d", SCENARIO)
+    try:
+        script = "/var/tmp/noatime.py"
+        subprocess.run(
+            ["docker", "cp", str(REPO_ROOT / "benchmarks/noatime.py"), f"{slow}:{script}"], check=True
+        )
+        benchmark = json.loads(docker_exec(slow, "/opt/dltune/venv/bin/python", script, "--method-check",
+                                           "--mount", "/data", "--files", "2000", "--epochs", "4",
+                                           "--rounds", "7", "--json"))  # fmt: skip
+    finally:
+        docker_exec(slow, "mount", "-o", "remount,noatime", "/data")
+    assert "noatime" in docker_exec(slow, "findmnt", "-n", "-o", "OPTIONS", "/data").split(",")
+    atime = throttled[("storage.data_noatime", "/data")]
+    assert atime["status"] == "fail" and atime["impact"]["basis"] == "measured", atime
+    assert atime["summary"] == "/data is mounted strictatime, but role data_disks applied noatime", atime
+    assert atime["impact"]["of"] == "small-file reads" and "(strictatime)" in atime["impact"]["method"], atime
+    priced, remounted = atime["impact"]["fraction"], benchmark["remount_fraction"]
+    # Both measure what the strictatime mount adds to the same reads (25% and 22-26% on a loop ext4 of
+    # the CI machine's kind): agreeing means within 10 points, or half the remount's figure.
+    assert remounted > 0.05 and abs(priced - remounted) <= max(0.10, remounted / 2), (atime, benchmark)
+    clocks = next(r for (check, _), r in throttled.items() if check == "gpu.clocks" and r["status"] == "warn")
+    assert clocks["impact"]["basis"] == "unpriced" and "fleet" in clocks["impact"]["why"], clocks
+    merged_file = tmp_path / "cluster.json"
+    report = subprocess.run(["dltune", "report", str(report_dir), "--json", str(merged_file)],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    assert report.returncode in (0, 1), report.stderr
+    nodes = {n["host"]: n for n in json.loads(merged_file.read_text())["nodes"]}
+    fleet_clocks = next(
+        r for r in nodes[slow]["results"] if r["id"] == "gpu.clocks" and r["status"] == "fail"
+    )
+    impact = fleet_clocks["impact"]
+    assert impact["basis"] == "measured" and impact["of"] == "matmul" and "on 3 nodes" in impact["method"], (
+        impact
+    )
+    assert impact["fraction"] > 0.3 and "the bench ran on the CPU" in impact["method"], impact
+    first = report.stdout.splitlines()[:12]
+    assert first[0].startswith("what to fix first:"), report.stdout[:2000]
+    ranked = [
+        line.split(":")[0].strip() for line in first[1:] if line.startswith("  ") and "GPU-hours" in line
+    ]
+    assert {"gpu.clocks", "storage.data_noatime"} <= set(ranked), first
+
+
 def test_bench_playbook_adds_the_multi_node_run_to_the_first_nodes_row(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """playbooks/bench.yml on two lab nodes with dltune_bench_multinode: each node's own bench (short
     sections only: 2 cores), then one srun step over both; the report shows the multi-node results in
