@@ -90,7 +90,8 @@ def _age(paths: list[Path], directory_fd: int) -> None:
 def _median_pair(
     rounds: int, first: Callable[[], float], second: Callable[[], float]
 ) -> tuple[float, float, float]:
-    """Both arms' medians over interleaved rounds, and the noise: half the wider arm's range."""
+    """Both arms' medians over interleaved rounds, and the noise: twice the larger arm's median absolute
+    deviation (a round a CPU quota or another process stalled moves the range, not this)."""
     ones: list[float] = []
     twos: list[float] = []
     for index in range(rounds):
@@ -100,8 +101,9 @@ def _median_pair(
         else:
             ones.append(first())
             twos.append(second())
-    noise = max(max(ones) - min(ones), max(twos) - min(twos)) / 2
-    return statistics.median(ones), statistics.median(twos), noise
+    one, two = statistics.median(ones), statistics.median(twos)
+    spread = max(statistics.median(abs(v - one) for v in ones), statistics.median(abs(v - two) for v in twos))
+    return one, two, 2 * spread
 
 
 def _cost(slower: float, faster: float, noise: float, of: str, method: str) -> IoCost:

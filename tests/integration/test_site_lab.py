@@ -467,50 +467,51 @@ def test_a_throttled_node_and_a_strictatime_data_disk_are_priced_measured_and_ra
     lab: None, tmp_path: Path
 ) -> None:
     """`dltune check` on every lab node (CPU processes stand in for the GPUs, as for --find-slow):
-    node3's /data (role data_disks applied noatime) remounted strictatime, its CPUs cut to half a CPU
-    (a real cgroup quota) and a power brake seen on its fake GPU 1 (gpu.clocks warns, the clock
-    class: NVML's clock-event counters cannot be made to move here). node3's storage.data_noatime is priced
-    `measured` by dltune check's O_NOATIME reads, and benchmarks/noatime.py --method-check, remounting
-    the same disk noatime, agrees with it; gpu.clocks cannot be priced on the node (no matmul of that
-    GPU) and `dltune report` prices it `measured` against the fleet's median matmul of the same CPU.
-    The report opens with what to fix first, both findings in it."""
-    slow = NODES[2]
+    node2's CPUs cut to a fifth of a CPU (a real cgroup quota) with a power brake seen on its fake GPU 1
+    (gpu.clocks warns, the clock class: NVML's clock-event counters cannot be made to move here);
+    node3's /data (role data_disks applied noatime) remounted strictatime. node3's
+    storage.data_noatime is priced `measured` by dltune check's O_NOATIME reads, and
+    benchmarks/noatime.py --method-check, remounting the same disk noatime, agrees with it. node2's
+    gpu.clocks cannot be priced on the node (no matmul of that GPU) and `dltune report` prices it
+    `measured` against the fleet's median matmul of the same CPU. The report opens with what to fix
+    first, both findings in it."""
+    slow, strict = NODES[1], NODES[2]
     report_dir = tmp_path / "nodes"
     report_dir.mkdir()
-    for node in NODES[:2]:
-        clean = check_on(node, report_dir)
-        assert clean[("storage.data_noatime", "/data")]["impact"] is None, clean[
-            ("storage.data_noatime", "/data")
-        ]
-    docker_exec(slow, "mount", "-o", "remount,strictatime", "/data")
+    clean = check_on(NODES[0], report_dir)
+    assert clean[("storage.data_noatime", "/data")]["impact"] is None, clean[
+        ("storage.data_noatime", "/data")
+    ]
     # A brake seen for a fifth of the window: gpu.clocks warns (a critical fail would keep the bench,
     # and the measurements, from running).
     brake = "; ".join(
         f"echo {line} >> {SCENARIO}" for line in ("gpu1.throttle=0x80", "gpu1.share_hw_brake=0.2")
     )
     docker_exec(slow, "sh", "-c", brake)
-    subprocess.run(["docker", "update", "--cpu-period", "100000", "--cpu-quota", "50000", slow], check=True,
+    subprocess.run(["docker", "update", "--cpu-period", "100000", "--cpu-quota", "20000", slow], check=True,
                    capture_output=True)  # fmt: skip
     try:
         throttled = check_on(slow, report_dir)
     finally:
         subprocess.run(["docker", "update", "--cpu-quota", "-1", slow], check=True, capture_output=True)
         docker_exec(slow, "sed", "-i", "/gpu1.throttle=0x80/d;/share_hw_brake/d", SCENARIO)
+    docker_exec(strict, "mount", "-o", "remount,strictatime", "/data")
     try:
+        strictatime = check_on(strict, report_dir)
         script = "/var/tmp/noatime.py"
         subprocess.run(
-            ["docker", "cp", str(REPO_ROOT / "benchmarks/noatime.py"), f"{slow}:{script}"], check=True
+            ["docker", "cp", str(REPO_ROOT / "benchmarks/noatime.py"), f"{strict}:{script}"], check=True
         )
-        benchmark = json.loads(docker_exec(slow, "/opt/dltune/venv/bin/python", script, "--method-check",
+        benchmark = json.loads(docker_exec(strict, "/opt/dltune/venv/bin/python", script, "--method-check",
                                            "--mount", "/data", "--files", "2000", "--epochs", "4",
                                            "--rounds", "7", "--json"))  # fmt: skip
     finally:
-        docker_exec(slow, "mount", "-o", "remount,noatime", "/data")
-    assert "noatime" in docker_exec(slow, "findmnt", "-n", "-o", "OPTIONS", "/data").split(",")
-    atime = throttled[("storage.data_noatime", "/data")]
-    assert atime["status"] == "fail" and atime["impact"]["basis"] == "measured", atime
+        docker_exec(strict, "mount", "-o", "remount,noatime", "/data")
+    assert "noatime" in docker_exec(strict, "findmnt", "-n", "-o", "OPTIONS", "/data").split(",")
+    atime = strictatime[("storage.data_noatime", "/data")]
     assert atime["summary"] == "/data is mounted strictatime, but role data_disks applied noatime", atime
-    assert atime["impact"]["of"] == "small-file reads" and "(strictatime)" in atime["impact"]["method"], atime
+    assert atime["impact"]["basis"] == "measured" and atime["impact"]["of"] == "small-file reads", atime
+    assert "(strictatime)" in atime["impact"]["method"], atime
     priced, remounted = atime["impact"]["fraction"], benchmark["remount_fraction"]
     # Both measure what the strictatime mount adds to the same reads (25% and 22-26% on a loop ext4 of
     # the CI machine's kind): agreeing means within 10 points, or half the remount's figure.
@@ -523,7 +524,7 @@ def test_a_throttled_node_and_a_strictatime_data_disk_are_priced_measured_and_ra
     assert report.returncode in (0, 1), report.stderr
     nodes = {n["host"]: n for n in json.loads(merged_file.read_text())["nodes"]}
     fleet_clocks = next(
-        r for r in nodes[slow]["results"] if r["id"] == "gpu.clocks" and r["status"] == "fail"
+        r for r in nodes[slow]["results"] if r["id"] == "gpu.clocks" and r["status"] == "warn"
     )
     impact = fleet_clocks["impact"]
     assert impact["basis"] == "measured" and impact["of"] == "matmul" and "on 3 nodes" in impact["method"], (
