@@ -25,6 +25,7 @@ from dltune.commands.audit import audit
 from dltune.commands.bench import bench
 from dltune.commands.check import check
 from dltune.commands.healthcheck import healthcheck
+from dltune.commands.ledger import ledger
 from dltune.commands.remedy import remedy
 from dltune.commands.report import report
 from dltune.commands.stage import stage, stage_node
@@ -43,7 +44,7 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
 )
-for command in (audit, check, healthcheck, remedy, ack, stage, bench, report):
+for command in (audit, check, healthcheck, remedy, ack, stage, bench, report, ledger):
     app.command()(command)
 app.command("stage-node", hidden=True)(stage_node)
 

@@ -421,6 +421,8 @@ def _print_fleet_notes(nodes: Sequence[NodeReport], console: Console) -> None:
         console.print(Text(f"+{more} more GPU figure(s) behind the fleet (report.html)"))
     for odd in sdc_outliers(nodes):
         console.print(Text(f"replay differs from the fleet's: {odd.said()}", style="bold red"))
+    for line in tuning_ledger(nodes):
+        console.print(Text(f"tuning ledger: {line.said()}"))
 
 
 def shared_failures(nodes: Sequence[NodeReport]) -> list[tuple[str, list[str], list[str]]]:
@@ -877,6 +879,7 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
     )
     laggards = "".join(f"<li>{esc(b.said())}</li>" for b in behind_the_fleet(nodes))
     replays = "".join(f"<li>{esc(o.said())}</li>" for o in sdc_outliers(nodes))
+    ledger = "".join(f"<li>{esc(line.said())}</li>" for line in tuning_ledger(nodes))
     costs, unpriced = check_costs(nodes)
     cost_rows = "".join(
         f"<tr><td>{esc(c.check)}</td><td>{c.gpu_hours_per_day:.1f}</td><td>{len(c.hosts)}</td>"
@@ -924,6 +927,7 @@ its area's checks, click it for the node's findings.</p>
 <table class="findings"><tr><th>node</th><th>status</th><th>check</th><th>subject</th><th>summary</th>
 <th>remedy</th><th>evidence</th></tr>{"".join(findings) or '<tr><td colspan="7">none</td></tr>'}</table>
 <h2>GPU firmware</h2>{f"<ul>{outliers}</ul>" if outliers else f"<p>{SAME_FIRMWARE}</p>"}
+<h2>Tuning ledger</h2>{f"<ul>{ledger}</ul>" if ledger else f"<p>{LEDGER_NONE}</p>"}
 <h2>Behind the fleet</h2>{f"<ul>{laggards}</ul>" if laggards else f"<p>{FLEET_NONE}</p>"}
 <h2>Silent data corruption across the fleet</h2>{f"<ul>{replays}</ul>" if replays else f"<p>{SDC_NONE}</p>"}
 <h2>Benchmarks</h2>{charts or "<p>no bench results in these reports</p>"}
@@ -1088,3 +1092,61 @@ def check_costs(nodes: Sequence[NodeReport]) -> tuple[list[CheckCost], list[tupl
         for check, status, found in rollup(nodes)
     ]
     return costs, [(c, s, h) for c, s, h in unpriced if h and c not in hours]
+
+
+LEDGER_NONE = "no node reports a tuning ledger (dltune.cluster.site with dltune_ledger: true measures one)"
+
+
+@dataclass(frozen=True)
+class LedgerLine:
+    """One role's measured effect across the fleet: the median change of its nodes and their spread."""
+
+    role: str
+    kind: str  # "small-file reads", "scratch files in /tmp"
+    changes: tuple[float, ...]  # each node's relative change (before: measured)
+    within_noise: int  # nodes whose change is within their measurement's noise
+    not_before: int  # nodes with nothing to measure before the role (a new mount)
+
+    def said(self) -> str:
+        measured = len(self.changes)
+        if not measured:
+            return f"{self.role}: {self.kind}: nothing measured before the role on {self.not_before} node(s)"
+        median = _median(list(self.changes))
+        spread = f"spread {min(self.changes):+.0%}..{max(self.changes):+.0%}"
+        noise = f"; within noise on {self.within_noise} of them" if self.within_noise else ""
+        if self.within_noise * 2 > measured:
+            return (
+                f"{self.role}: {self.kind}: within the measurement's noise on {self.within_noise} of "
+                f"{measured} node(s) (median {median:+.0%}, {spread}): no gain shown"
+            )
+        return f"{self.role}: {self.kind} {median:+.0%} (median of {measured} node(s), {spread}{noise})"
+
+
+def tuning_ledger(nodes: Sequence[NodeReport]) -> list[LedgerLine]:
+    """Each role's effect over the nodes whose audit reports a tuning ledger (system.tuning_ledger)."""
+    from dltune.ledger import NOT_BEFORE, WITHIN_NOISE
+
+    found: dict[tuple[str, str], tuple[list[float], list[int]]] = {}
+    for node in nodes:
+        if node.problem or node.stale:
+            continue
+        for r in node.results:
+            evidence = r.get("evidence") or {}
+            if r.get("id") != "system.tuning_ledger" or r.get("status") != "pass":
+                continue
+            for change in evidence.get("changes") or []:
+                if not isinstance(change, dict):
+                    continue
+                changes, counts = found.setdefault(
+                    (str(r.get("subject")), str(change.get("kind"))), ([], [0, 0])
+                )
+                value = change.get("change")
+                if change.get("verdict") == NOT_BEFORE or not isinstance(value, int | float):
+                    counts[1] += 1
+                    continue
+                changes.append(float(value))
+                counts[0] += change.get("verdict") == WITHIN_NOISE
+    return [
+        LedgerLine(role, kind, tuple(changes), counts[0], counts[1])
+        for (role, kind), (changes, counts) in sorted(found.items())
+    ]

@@ -594,6 +594,10 @@ class Snapshot:
     manifest_dir: str = MANIFEST_DIR
     # role -> why its fragment cannot be used (unreadable, not JSON, wrong shape); "*": the directory
     manifest_problems: Mapping[str, str] = field(default_factory=dict)
+    # The tuning ledger's entries (dltune.ledger: what each role changed, measured before and after),
+    # and the files that could not be used.
+    ledger: tuple[Mapping[str, Any], ...] = ()
+    ledger_problems: Mapping[str, str] = field(default_factory=dict)
     # UUID -> device path; None: looked up and not found; missing key: could not look it up.
     uuid_devices: Mapping[str, str | None] = field(default_factory=dict)
     # A device path as named (a data mount's source, a UUID's device) -> the device it resolves to,

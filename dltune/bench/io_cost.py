@@ -177,3 +177,32 @@ def tmp_cost(tmp: Path, tmpfs: Path, files: int = 1000, size: int = 16384, round
         f"{on_tmpfs * 1e3:.0f} ms in the tmpfs {tmpfs}; median of {rounds} interleaved rounds"
     )
     return _cost(on_tmp, on_tmpfs, noise, SCRATCH, method)
+
+
+def read_rounds(
+    mount: Path, rounds: int = 7, files: int = 2000, size: int = 4096, epochs: int = 4
+) -> list[float] | str:
+    """The ledger's data-disk measure: small-file reads as the disk is mounted (access times aged two
+    days, writeback included), files read per second in each round; or why it cannot be measured."""
+    with _private_directory(mount) as directory:
+        if isinstance(directory, str):
+            return directory
+        paths = _files(directory, files, size)
+        directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            rates = []
+            for _ in range(rounds):
+                _age(paths, directory_fd)
+                _syncfs(directory_fd)
+                rates.append(files * epochs / _read_all(paths, epochs, 0, directory_fd))
+        finally:
+            os.close(directory_fd)
+    return rates
+
+
+def scratch_rounds(tmp: Path, rounds: int = 7, files: int = 1000, size: int = 16384) -> list[float] | str:
+    """The ledger's /tmp measure: files created, written, read back and removed per second, each round."""
+    with _private_directory(tmp) as directory:
+        if isinstance(directory, str):
+            return directory
+        return [files / _scratch_work(directory, files, size) for _ in range(rounds)]

@@ -197,3 +197,43 @@ def memory_errors(snap: Snapshot) -> list[Result]:
             )
         )
     return results
+
+
+@check("system.tuning_ledger")
+def tuning_ledger(snap: Snapshot) -> list[Result]:
+    """What each role changed on this node, as `dltune ledger` measured it before and after the role
+    (dltune.cluster.site with dltune_ledger): reported, not judged (a change within the noise says so);
+    a ledger file that cannot be used is a warning naming it."""
+    from dltune.ledger import said
+
+    results = [
+        Result(
+            "system.tuning_ledger",
+            Status.PASS,
+            f"{entry['role']}: " + ("; ".join(said(c) for c in entry["changes"]) or "nothing measured"),
+            subject=str(entry["role"]),
+            evidence={
+                "after_time": entry["after_time"],
+                "before_time": entry.get("before_time"),
+                "changes": [
+                    {k: v for k, v in c.items() if k not in ("before", "after")} for c in entry["changes"]
+                ],
+            },
+        )
+        for entry in snap.ledger
+    ]
+    results += [
+        Result(
+            "system.tuning_ledger",
+            Status.WARN,
+            f"{where}: {problem}",
+            subject=where,
+            remedy="run the site again with dltune_ledger: true (dltune ledger rewrites it)",
+        )
+        for where, problem in sorted(snap.ledger_problems.items())
+    ]
+    return results or [
+        Result(
+            "system.tuning_ledger", Status.SKIP, "no tuning ledger (dltune.cluster.site with dltune_ledger)"
+        )
+    ]

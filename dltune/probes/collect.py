@@ -24,7 +24,7 @@ from dltune.probes.jobenv import (
     relevant_environ,
     slurm_jobs_on,
 )
-from dltune.probes.manifest import read_manifest
+from dltune.probes.manifest import read_ledger, read_manifest
 from dltune.probes.memory_errors import read_memory_errors
 from dltune.probes.mounts import parse_fstab, parse_mountinfo
 from dltune.probes.mountstats import parse_mountstats
@@ -95,6 +95,7 @@ def collect_snapshot(
         "" if not fs.exists("/etc/fstab") and not fs.path("/etc/fstab").is_symlink() else read("/etc/fstab")
     )
     expected, manifest_problems = read_manifest(fs)
+    ledger, ledger_problems = read_ledger(fs)
     mountinfo_unparsed: list[UnparsedLine] = []
     mounts = parse_mountinfo(mountinfo, mountinfo_unparsed) if mountinfo is not None else ()
     disks = expected.get("data_disks", {}).get("disks", [])
@@ -177,6 +178,8 @@ def collect_snapshot(
         time_sync=time_sync,
         expected=expected,
         manifest_problems=manifest_problems,
+        ledger=ledger,
+        ledger_problems=ledger_problems,
         uuid_devices=uuid_devices,
         device_paths=device_paths,
         space=space,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dltune import safeio
+from dltune.ledger import ENTRY_SCHEMA, LEDGER_SUBDIR
 from dltune.probes.hostfs import HostFS
 from dltune.schema import Field, of, optional, validate
 from dltune.snapshot import MANIFEST_DIR
@@ -145,3 +146,30 @@ def read_manifest(fs: HostFS) -> tuple[dict[str, Mapping[str, Any]], dict[str, s
             continue
         fragments[role] = data
     return fragments, problems
+
+
+def read_ledger(fs: HostFS) -> tuple[tuple[Mapping[str, Any], ...], dict[str, str]]:
+    """The tuning ledger's entries beside the manifests (``ledger/<role>.json``, dltune.ledger), and the
+    problem of each file that cannot be used; a site run between its phases (``*.before.json``) has
+    none yet."""
+    where_dir = f"{MANIFEST_DIR}/{LEDGER_SUBDIR}"
+    directory = fs.path(where_dir)
+    try:
+        paths = sorted(p for p in directory.glob("*.json") if not p.name.endswith(".before.json"))
+    except OSError as exc:
+        return (), {where_dir: exc.strerror or str(exc)}
+    entries: list[Mapping[str, Any]] = []
+    problems: dict[str, str] = {}
+    for path in paths:
+        where = f"{where_dir}/{path.name}"
+        try:
+            data = safeio.loads(fs.read_bytes(where, MAX_FRAGMENT_BYTES * 16).decode("utf-8"))
+        except (OSError, ValueError) as exc:
+            problems[where] = f"cannot be used: {exc}"
+            continue
+        found = validate(data, ENTRY_SCHEMA)
+        if found:
+            problems[where] = f"not a ledger entry: {'; '.join(found[:3])}"
+            continue
+        entries.append(data)
+    return tuple(entries), problems

@@ -61,6 +61,7 @@ def test_only_system_skips_storage_findings() -> None:
         "system.memory_errors",
         "system.reboot_required",
         "system.time_sync",
+        "system.tuning_ledger",
     ]
 
 

@@ -59,7 +59,8 @@ LAYERS = (
         "compat.py",
         "dirfd.py",
     ),  # checks and probes side by side: neither imports the other
-    ("snapshot.py", "schema.py", "safeio.py", "health_state.py", "impact.py"),
+    ("snapshot.py", "safeio.py", "health_state.py", "impact.py", "ledger.py"),
+    ("schema.py",),
     ("model.py",),
     ("text.py", "__init__.py"),
 )

@@ -1,0 +1,132 @@
+"""`dltune ledger`: measure what a role changes on this node, before and after it runs (the tuning
+ledger, dltune.ledger). dltune.cluster.site runs it as root with `dltune_ledger: true`."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dltune.commands import error_line, progress_console, stdout_console
+from dltune.model import EXIT_USAGE_OR_ERROR
+from dltune.snapshot import MANIFEST_DIR
+
+DEFAULT_LEDGER_DIR = f"{MANIFEST_DIR}/ledger"
+MAX_LEDGER_BYTES = 1 << 20
+
+
+def _measure(role: str, data: list[Path]) -> dict[str, dict[str, object]]:
+    """Each measure of ``role`` as this node is now: what -> {kind, unit, median, mad, rates} or {why}."""
+    from dltune.bench import io_cost
+    from dltune.ledger import ROLE_MEASURES, summarise
+
+    targets = [(f"scratch files in {Path('/tmp')}", Path("/tmp"))] if role == "tmpfs_tmp" else []
+    targets += [(f"small-file reads {path}", path) for path in data] if role == "data_disks" else []
+    measured: dict[str, dict[str, object]] = {}
+    for what, where in targets:
+        progress_console().print(f"dltune ledger: {role}: {what}")
+        if role == "data_disks" and not where.is_dir():
+            measured[what] = {"why": f"{where} does not exist yet"}
+            continue
+        rounds = io_cost.scratch_rounds(where) if role == "tmpfs_tmp" else io_cost.read_rounds(where)
+        kind = ROLE_MEASURES[role]
+        measured[what] = (
+            {"why": rounds}
+            if isinstance(rounds, str)
+            else {"kind": kind, "unit": "files/s"} | summarise(rounds)
+        )
+    return measured
+
+
+def _read(path: Path) -> dict[str, object] | None:
+    from dltune import safeio
+
+    try:
+        data = safeio.load_file(path, MAX_LEDGER_BYTES)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        error_line(
+            f"dltune ledger: {path} cannot be used ({exc}): measuring as if nothing was measured before"
+        )
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _record_after(role: str, measured: dict[str, dict[str, object]], directory: Path, now: str) -> None:
+    """The after phase: each measure against the before phase's, the entry written, the pending gone."""
+    from dltune import dirfd
+    from dltune.ledger import LEDGER_SCHEMA_VERSION, compare, said
+
+    pending = directory / f"{role}.before.json"
+    before = _read(pending) or {}
+    earlier = before.get("measures") if isinstance(before.get("measures"), dict) else {}
+    changes = []
+    for what, after in measured.items():
+        if "why" in after:
+            stdout_console().print(f"{role}: {what}: not measured: {after['why']}")
+            continue
+        then = earlier.get(what) if isinstance(earlier, dict) else None
+        usable = then if isinstance(then, dict) and "median" in then and "mad" in then else None
+        changes.append(compare(what, str(after["kind"]), str(after["unit"]), usable, after))
+    entry = {"schema": LEDGER_SCHEMA_VERSION, "role": role, "before_time": before.get("time"),
+             "after_time": now, "changes": changes}  # fmt: skip
+    dirfd.replace_file(str(directory / f"{role}.json"), (json.dumps(entry, indent=1) + "\n").encode())
+    pending.unlink(missing_ok=True)
+    for change in changes:
+        stdout_console().print(f"{role}: {said(change)}")
+
+
+def ledger(
+    phase: Annotated[
+        str, typer.Option("--phase", help="before: measure and keep; after: measure and compare.")
+    ],
+    roles: Annotated[
+        list[str],
+        typer.Option("--role", help="A role whose effect to measure: data_disks, tmpfs_tmp. Repeat it."),
+    ],
+    data: Annotated[
+        list[Path] | None, typer.Option("--data", help="data_disks: a data disk's mount point. Repeat it.")
+    ] = None,
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where the ledger is kept (beside the roles' manifests).")
+    ] = Path(DEFAULT_LEDGER_DIR),
+) -> None:
+    """Measure what ROLE changes on this node: --phase before it runs, --phase after it ran; the after
+    phase writes DIR/ROLE.json with each measure's change, within noise said so (the audit reports it
+    as system.tuning_ledger, `dltune report` adds up the fleet)."""
+    from dltune import dirfd
+    from dltune.ledger import LEDGER_SCHEMA_VERSION, ROLE_MEASURES
+
+    if phase not in ("before", "after"):
+        raise typer.BadParameter(f"{phase}: give before or after", param_hint="--phase")
+    unknown = [r for r in roles if r not in ROLE_MEASURES]
+    if unknown:
+        raise typer.BadParameter(
+            f"{', '.join(unknown)}: give one of {', '.join(ROLE_MEASURES)}", param_hint="--role"
+        )
+    paths = [Path(os.path.normpath(p)) for p in data or []]
+    if "data_disks" in roles and not paths:
+        raise typer.BadParameter(
+            "--role data_disks needs its mount points (--data /data)", param_hint="--data"
+        )
+    if any(not p.is_absolute() for p in paths):
+        raise typer.BadParameter("give absolute mount points", param_hint="--data")
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    try:
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for role in roles:
+            measured = _measure(role, paths)
+            pending = directory / f"{role}.before.json"
+            if phase == "before":
+                record = {"schema": LEDGER_SCHEMA_VERSION, "role": role, "time": now, "measures": measured}
+                dirfd.replace_file(str(pending), (json.dumps(record, indent=1) + "\n").encode())
+                continue
+            _record_after(role, measured, directory, now)
+    except (OSError, dirfd.UnsafeEntry) as exc:
+        error_line(f"dltune ledger: {directory}: {getattr(exc, 'strerror', None) or exc}")
+        raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc

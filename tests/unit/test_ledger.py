@@ -1,0 +1,163 @@
+"""The tuning ledger: the one comparison rule at its boundaries, `dltune ledger` before and after on a
+real directory, the audit's reading of the files (and of files it must not trust), the fleet's sum."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dltune.checks.system import tuning_ledger
+from dltune.cli import app
+from dltune.cluster import NodeReport
+from dltune.cluster import tuning_ledger as fleet_ledger
+from dltune.ledger import GAIN, LOSS, NOT_BEFORE, WITHIN_NOISE, compare, said
+from dltune.model import Status
+from dltune.probes.hostfs import HostFS
+from dltune.probes.manifest import read_ledger
+from dltune.snapshot import MANIFEST_DIR, Snapshot
+
+
+def phase(median: float, mad: float) -> dict:
+    return {"median": median, "mad": mad, "rates": [median]}
+
+
+@pytest.mark.parametrize(
+    ("after", "verdict"),
+    [
+        (1100.0, GAIN),  # +100 beyond twice the larger deviation (2 x 40)
+        (1080.0, WITHIN_NOISE),  # exactly at the noise: not a gain
+        (1081.0, GAIN),
+        (920.0, WITHIN_NOISE),
+        (919.0, LOSS),
+    ],
+)
+def test_a_change_is_a_gain_or_a_loss_only_beyond_twice_the_larger_deviation(
+    after: float, verdict: str
+) -> None:
+    change = compare(
+        "small-file reads /data", "small-file reads", "files/s", phase(1000, 20), phase(after, 40)
+    )
+    assert change["verdict"] == verdict
+    assert change["change"] == pytest.approx(after / 1000 - 1) and change["noise"] == pytest.approx(0.08)
+
+
+def test_nothing_to_measure_before_is_said_and_never_a_change() -> None:
+    change = compare("small-file reads /data", "small-file reads", "files/s", None, phase(900, 5))
+    assert change["verdict"] == NOT_BEFORE and change["change"] is None
+    assert said(change) == "small-file reads /data: 900 files/s after (nothing to measure before)"
+
+
+def test_the_words_say_the_change_or_that_it_was_within_noise() -> None:
+    gain = compare("small-file reads /data", "small-file reads", "files/s", phase(1000, 10), phase(1350, 10))
+    assert said(gain) == "small-file reads /data +35% (1000 -> 1350 files/s, noise +-2%)"
+    flat = compare(
+        "scratch files in /tmp", "scratch files in /tmp", "files/s", phase(1000, 50), phase(1010, 50)
+    )
+    assert said(flat) == "scratch files in /tmp: within noise (1000 -> 1010 files/s, noise +-10%)"
+
+
+def test_dltune_ledger_measures_before_and_after_and_keeps_one_entry_per_role(tmp_path: Path) -> None:
+    """Real measurements on a directory of this machine, before and after nothing changed: the entry
+    exists, the pending file is gone, and no gain is claimed where nothing changed... unless the
+    machine's noise was larger than twice the deviation, in which case it says gain or loss with
+    figures (the rule is tested above); here: the shape and the cleanup."""
+    data, ledger = tmp_path / "data", tmp_path / "ledger"
+    data.mkdir()
+    argv = ["ledger", "--role", "data_disks", "--data", str(data), "--dir", str(ledger)]
+    runner = CliRunner()
+    before = runner.invoke(app, [*argv, "--phase", "before"])
+    assert before.exit_code == 0, before.output
+    assert sorted(p.name for p in ledger.iterdir()) == ["data_disks.before.json"]
+    after = runner.invoke(app, [*argv, "--phase", "after"])
+    assert after.exit_code == 0, after.output
+    assert sorted(p.name for p in ledger.iterdir()) == ["data_disks.json"]
+    entry = json.loads((ledger / "data_disks.json").read_text())
+    (change,) = entry["changes"]
+    assert change["what"] == f"small-file reads {data}" and change["verdict"] in (GAIN, LOSS, WITHIN_NOISE)
+    assert len(change["before"]["rates"]) == len(change["after"]["rates"]) == 7
+    assert list(data.iterdir()) == []  # the measurement's files are gone
+
+
+def test_dltune_ledger_refuses_bad_input_before_measuring(tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad_phase = runner.invoke(
+        app, ["ledger", "--phase", "during", "--role", "tmpfs_tmp", "--dir", str(tmp_path)]
+    )
+    assert (
+        bad_phase.exit_code == 2 and "--phase" in bad_phase.output and "before or after" in bad_phase.output
+    )
+    no_data = runner.invoke(
+        app, ["ledger", "--phase", "before", "--role", "data_disks", "--dir", str(tmp_path)]
+    )
+    assert no_data.exit_code == 2 and "--data" in no_data.output
+    role = runner.invoke(
+        app, ["ledger", "--phase", "before", "--role", "nfs_multivip", "--dir", str(tmp_path)]
+    )
+    assert role.exit_code == 2 and "nfs_multivip" in role.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def entry(role: str, verdict: str, change: float | None) -> dict:
+    return {
+        "schema": 1,
+        "role": role,
+        "before_time": "2026-11-29T10:00:00+00:00",
+        "after_time": "2026-11-29T10:05:00+00:00",
+        "changes": [
+            {
+                "what": "small-file reads /data",
+                "kind": "small-file reads",
+                "unit": "files/s",
+                "verdict": verdict,
+                "after_rate": 1350.0,
+                "before_rate": None if change is None else 1000.0,
+                "change": change,
+                "noise": None if change is None else 0.02,
+            }
+        ],
+    }
+
+
+def test_the_audit_reads_the_ledger_and_names_a_file_it_cannot_use(tmp_path: Path) -> None:
+    ledger = tmp_path / MANIFEST_DIR.lstrip("/") / "ledger"
+    ledger.mkdir(parents=True)
+    (ledger / "data_disks.json").write_text(json.dumps(entry("data_disks", GAIN, 0.35)))
+    (ledger / "tmpfs_tmp.before.json").write_text("{}")  # a site run between its phases: not yet
+    (ledger / "tmpfs_tmp.json").write_text('{"schema": 1, "role": "tmpfs_tmp", "changes": "lots"}')
+    entries, problems = read_ledger(HostFS(tmp_path))
+    assert [e["role"] for e in entries] == ["data_disks"]
+    assert list(problems) == [f"{MANIFEST_DIR}/ledger/tmpfs_tmp.json"]
+    results = tuning_ledger(Snapshot(root=str(tmp_path), ledger=entries, ledger_problems=problems))
+    assert [(r.status, r.subject) for r in results] == [
+        (Status.PASS, "data_disks"),
+        (Status.WARN, f"{MANIFEST_DIR}/ledger/tmpfs_tmp.json"),
+    ]
+    assert results[0].summary == "data_disks: small-file reads /data +35% (1000 -> 1350 files/s, noise +-2%)"
+    assert tuning_ledger(Snapshot(root=str(tmp_path)))[0].status is Status.SKIP
+
+
+def fleet_node(host: str, verdict: str, change: float | None) -> NodeReport:
+    (result,) = tuning_ledger(Snapshot(root="/x", ledger=(entry("data_disks", verdict, change),)))
+    return NodeReport(host, [result.to_dict()])
+
+
+def test_the_report_gives_each_roles_median_and_spread_and_never_a_gain_within_noise() -> None:
+    nodes = [fleet_node("n1", GAIN, 0.30), fleet_node("n2", GAIN, 0.40), fleet_node("n3", WITHIN_NOISE, 0.01)]
+    (line,) = fleet_ledger(nodes)
+    assert line.said() == (
+        "data_disks: small-file reads +30% (median of 3 node(s), spread +1%..+40%; within noise on 1 of them)"
+    )
+    quiet = [
+        fleet_node("n1", WITHIN_NOISE, 0.01),
+        fleet_node("n2", WITHIN_NOISE, -0.01),
+        fleet_node("n3", GAIN, 0.2),
+    ]
+    (flat,) = fleet_ledger(quiet)
+    assert (
+        "within the measurement's noise on 2 of 3 node(s)" in flat.said() and "no gain shown" in flat.said()
+    )
+    (new,) = fleet_ledger([fleet_node("n1", NOT_BEFORE, None)])
+    assert new.said() == "data_disks: small-file reads: nothing measured before the role on 1 node(s)"
