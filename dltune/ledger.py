@@ -5,7 +5,8 @@ comparison rule; the measurements are dltune.bench.io_cost's, the files live bes
 ``<role>.json``), the audit reports them (system.tuning_ledger) and `dltune report` adds them up.
 
 A change is a gain or a loss only beyond the measurement's noise: twice the larger phase's median
-absolute deviation over its rounds; within it, the entry says "within noise", never a gain.
+absolute deviation over its rounds, and at least NOISE_FLOOR of the rate before; within it, the entry
+says "within noise", never a gain.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import Any
 from dltune.schema import of, optional
 
 LEDGER_SUBDIR = "ledger"
+# The least change that counts: an untuned lab node measured -1% between two phases whose rounds
+# deviated by 0.5%; two healthy H200 machines measured 3% apart on the same bench (cluster.py).
+NOISE_FLOOR = 0.03
 LEDGER_SCHEMA_VERSION = 1
 GAIN, LOSS, WITHIN_NOISE, NOT_BEFORE = "gain", "loss", "within noise", "not measured before"
 # What each role's change is measured by (dltune ledger --role).
@@ -75,7 +79,7 @@ def compare(
     if not before:
         return change | {"verdict": NOT_BEFORE, "before_rate": None, "change": None, "noise": None}
     base = float(before["median"])
-    noise = 2 * max(float(before["mad"]), float(after["mad"]))
+    noise = max(2 * max(float(before["mad"]), float(after["mad"])), NOISE_FLOOR * base)
     difference = float(after["median"]) - base
     relative = difference / base if base > 0 else None
     verdict = (

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dltune.impact import IoCost
+from dltune.ledger import NOISE_FLOOR
 
 TWO_DAYS_S = 2 * 24 * 3600
 SMALL_FILE_READS = "small-file reads"
@@ -107,7 +108,9 @@ def _median_pair(
 
 
 def _cost(slower: float, faster: float, noise: float, of: str, method: str) -> IoCost:
-    """The share ``slower`` loses against ``faster``; 0 where the difference is within the noise."""
+    """The share ``slower`` loses against ``faster``; 0 where the difference is within the noise (and
+    below the ledger's floor: a few percent separate two runs of one unchanged node)."""
+    noise = max(noise, NOISE_FLOOR * slower)
     if slower - faster <= noise or slower <= 0:
         return IoCost(
             0.0, of, f"{method}: the difference is within the measurement's noise (+-{noise * 1e3:.1f} ms)"
@@ -149,19 +152,23 @@ def atime_cost(
 
 
 def _scratch_work(directory: Path, files: int, size: int) -> float:
+    """A job's scratch files: all written, written back (as the kernel would within its 30 s), read
+    back, removed. On a tmpfs the writeback costs nothing; on a disk it is the disk's work."""
     payload = os.urandom(size)
-    start = time.perf_counter()
-    for i in range(files):
-        path = directory / f"s{i:05d}"
-        path.write_bytes(payload)
-        path.read_bytes()
-        path.unlink()
+    paths = [directory / f"s{i:05d}" for i in range(files)]
     directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
+        start = time.perf_counter()
+        for path in paths:
+            path.write_bytes(payload)
         _syncfs(directory_fd)
+        for path in paths:
+            path.read_bytes()
+        for path in paths:
+            path.unlink()
+        return time.perf_counter() - start
     finally:
         os.close(directory_fd)
-    return time.perf_counter() - start
 
 
 def tmp_cost(tmp: Path, tmpfs: Path, files: int = 1000, size: int = 16384, rounds: int = 7) -> IoCost:
@@ -173,8 +180,8 @@ def tmp_cost(tmp: Path, tmpfs: Path, files: int = 1000, size: int = 16384, round
             rounds, lambda: _scratch_work(here, files, size), lambda: _scratch_work(there, files, size)
         )
     method = (
-        f"{files} files of {size} B created, written, read back and removed: {on_tmp * 1e3:.0f} ms in {tmp}, "
-        f"{on_tmpfs * 1e3:.0f} ms in the tmpfs {tmpfs}; median of {rounds} interleaved rounds"
+        f"{files} files of {size} B written, written back, read back and removed: {on_tmp * 1e3:.0f} ms in "
+        f"{tmp}, {on_tmpfs * 1e3:.0f} ms in the tmpfs {tmpfs}; median of {rounds} interleaved rounds"
     )
     return _cost(on_tmp, on_tmpfs, noise, SCRATCH, method)
 
@@ -201,7 +208,8 @@ def read_rounds(
 
 
 def scratch_rounds(tmp: Path, rounds: int = 7, files: int = 1000, size: int = 16384) -> list[float] | str:
-    """The ledger's /tmp measure: files created, written, read back and removed per second, each round."""
+    """The ledger's /tmp measure: files written, written back, read back and removed per second, each
+    round."""
     with _private_directory(tmp) as directory:
         if isinstance(directory, str):
             return directory

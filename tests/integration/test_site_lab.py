@@ -539,6 +539,48 @@ def test_a_throttled_node_and_a_strictatime_data_disk_are_priced_measured_and_ra
     assert {"gpu.clocks", "storage.data_noatime"} <= set(ranked), first
 
 
+def test_the_tuning_ledger_shows_what_data_disks_and_tmpfs_tmp_bought(lab: None, tmp_path: Path) -> None:
+    """site.yml with dltune_ledger: true, on nodes whose tunings were undone: node2 and node3 with /data
+    remounted strictatime and /tmp back on the node's own disk (the container's overlay), node1 left
+    tuned. The roles tune them again; the ledger (dltune ledger before and after, real measurements)
+    shows on node2 and node3 what data_disks and tmpfs_tmp bought, on node1 nothing beyond the noise;
+    each node's audit reports it (system.tuning_ledger) and `dltune report` sums the fleet."""
+    undone = NODES[1:]
+    for node in undone:
+        docker_exec(node, "mount", "-o", "remount,strictatime", "/data")
+        docker_exec(node, "umount", "/tmp")
+        assert docker_exec(node, "findmnt", "-n", "-o", "FSTYPE", "--target", "/tmp").strip() != "tmpfs"
+    done = ansible_playbook("site.yml", "-i", "inventory", "-e", json.dumps({"dltune_ledger": True}))
+    assert done.returncode == 0, done.stdout[-4000:]
+    report_dir = tmp_path / "nodes"
+    report_dir.mkdir()
+    ledgers = {}
+    for node in NODES:
+        assert "noatime" in docker_exec(node, "findmnt", "-n", "-o", "OPTIONS", "/data").split(",")
+        assert docker_exec(node, "findmnt", "-n", "-o", "FSTYPE", "/tmp").strip() == "tmpfs"
+        audit = audit_as_nobody(node, "--only", "system,storage")
+        assert audit.returncode in (0, 1), audit.stderr
+        (report_dir / f"{node}.json").write_text(audit.stdout)
+        ledgers[node] = {
+            r["subject"]: r for r in json.loads(audit.stdout)["results"] if r["id"] == "system.tuning_ledger"
+        }
+    for node in undone:
+        for role in ("data_disks", "tmpfs_tmp"):
+            (change,) = ledgers[node][role]["evidence"]["changes"]
+            assert change["verdict"] == "gain" and change["change"] > change["noise"], (node, role, change)
+    for role in ("data_disks", "tmpfs_tmp"):
+        (change,) = ledgers[NODES[0]][role]["evidence"]["changes"]
+        assert change["verdict"] != "gain" or change["change"] < 0.25, (role, change)  # nothing was undone
+    report = subprocess.run(
+        ["dltune", "report", str(report_dir)], capture_output=True, text=True, check=False
+    )
+    lines = [line for line in report.stdout.splitlines() if line.startswith("tuning ledger: ")]
+    assert len(lines) == 2, report.stdout[-3000:]
+    assert any(line.startswith("tuning ledger: data_disks: small-file reads +") for line in lines), lines
+    assert any(line.startswith("tuning ledger: tmpfs_tmp: scratch files in /tmp +") for line in lines), lines
+    assert all("(median of 3 node(s), spread " in line for line in lines), lines
+
+
 def test_bench_playbook_adds_the_multi_node_run_to_the_first_nodes_row(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """playbooks/bench.yml on two lab nodes with dltune_bench_multinode: each node's own bench (short
     sections only: 2 cores), then one srun step over both; the report shows the multi-node results in

@@ -203,6 +203,8 @@ def test_a_cost_within_the_noise_is_a_measured_zero_said_so() -> None:
     assert io_cost._cost(0.0105, 0.0100, 0.001, "x", "m").fraction == 0.0
     assert "within the measurement's noise" in io_cost._cost(0.0105, 0.0100, 0.001, "x", "m").method
     assert io_cost._cost(0.020, 0.010, 0.001, "x", "m").fraction == pytest.approx(0.5)
+    assert io_cost._cost(0.0103, 0.0100, 0.0, "x", "m").fraction == 0.0  # under the 3% floor
+    assert io_cost._cost(0.0104, 0.0100, 0.0, "x", "m").fraction == pytest.approx(0.0385, abs=1e-3)
 
 
 def test_the_measurements_clean_up_after_themselves_and_say_why_they_cannot_run(tmp_path: Path) -> None:

@@ -44,6 +44,14 @@ def test_a_change_is_a_gain_or_a_loss_only_beyond_twice_the_larger_deviation(
     assert change["change"] == pytest.approx(after / 1000 - 1) and change["noise"] == pytest.approx(0.08)
 
 
+@pytest.mark.parametrize(
+    ("after", "verdict"), [(1030.0, WITHIN_NOISE), (1031.0, GAIN), (970.0, WITHIN_NOISE), (969.0, LOSS)]
+)
+def test_a_change_under_three_percent_is_noise_however_steady_the_rounds(after: float, verdict: str) -> None:
+    change = compare("small-file reads /data", "small-file reads", "files/s", phase(1000, 1), phase(after, 1))
+    assert change["verdict"] == verdict and change["noise"] == pytest.approx(0.03)
+
+
 def test_nothing_to_measure_before_is_said_and_never_a_change() -> None:
     change = compare("small-file reads /data", "small-file reads", "files/s", None, phase(900, 5))
     assert change["verdict"] == NOT_BEFORE and change["change"] is None
@@ -52,7 +60,7 @@ def test_nothing_to_measure_before_is_said_and_never_a_change() -> None:
 
 def test_the_words_say_the_change_or_that_it_was_within_noise() -> None:
     gain = compare("small-file reads /data", "small-file reads", "files/s", phase(1000, 10), phase(1350, 10))
-    assert said(gain) == "small-file reads /data +35% (1000 -> 1350 files/s, noise +-2%)"
+    assert said(gain) == "small-file reads /data +35% (1000 -> 1350 files/s, noise +-3%)"
     flat = compare(
         "scratch files in /tmp", "scratch files in /tmp", "files/s", phase(1000, 50), phase(1010, 50)
     )
