@@ -75,17 +75,18 @@ def method_check(mount: Path, files: int, epochs: int, rounds: int) -> dict[str,
     from dltune.bench import io_cost
 
     options = run("findmnt", "-n", "-o", "OPTIONS", "--target", str(mount))
-    work = Path(tempfile.mkdtemp(prefix=".dltune-noatime-", dir=mount))
     times: dict[str, list[float]] = {"strictatime": [], "o_noatime": [], "noatime_mount": []}
     try:
-        paths = io_cost._files(work, files, 4096)
-        fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
-        try:
+        with io_cost._private_directory(mount) as fd:
+            if isinstance(fd, str):
+                raise SystemExit(fd)
+            paths = io_cost._files(fd, files, 4096)
+            directory = fd
 
             def timed(flags: int) -> float:
-                io_cost._age(paths, fd)
-                io_cost._syncfs(fd)
-                return io_cost._read_all(paths, epochs, flags, fd)
+                io_cost._age(paths, directory)
+                io_cost._syncfs(directory)
+                return io_cost._read_all(paths, epochs, flags, directory)
 
             for index in range(rounds):
                 run("mount", "-o", "remount,strictatime", "--options-source", "disable", str(mount))
@@ -94,10 +95,7 @@ def method_check(mount: Path, files: int, epochs: int, rounds: int) -> dict[str,
                     times[name].append(timed(flags))
                 run("mount", "-o", "remount,noatime", "--options-source", "disable", str(mount))
                 times["noatime_mount"].append(timed(0))
-        finally:
-            os.close(fd)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
         run("mount", "-o", f"remount,{options}", "--options-source", "disable", str(mount))
     medians = {name: statistics.median(values) for name, values in times.items()}
     return {

@@ -21,13 +21,12 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from dltune import dirfd
 from dltune.impact import IoCost
 from dltune.ledger import NOISE_FLOOR
 
@@ -46,32 +45,64 @@ def _syncfs(fd: int) -> None:
 
 
 @contextlib.contextmanager
-def _private_directory(mount: Path) -> Iterator[Path | str]:
-    """A directory of this user's own (0700) inside ``mount``, removed after; or why there is none."""
+def _private_directory(mount: Path) -> Iterator[int | str]:
+    """A directory of this user's own (0700) made inside ``mount`` and held open (every file in it is
+    made and opened relative to it, never followed through a link), emptied and removed after, only
+    while it is still the one made (a renamed or replaced one is left alone); or why there is none."""
     try:
-        made = Path(tempfile.mkdtemp(prefix=".dltune-io-cost-", dir=mount))
+        parent = os.open(mount, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         yield f"cannot make a scratch directory in {mount} to measure in: {exc.strerror}"
         return
     try:
-        yield made
+        name = f".dltune-io-cost-{os.getpid()}-{os.urandom(6).hex()}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent)
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        except OSError as exc:
+            yield f"cannot make a scratch directory in {mount} to measure in: {exc.strerror}"
+            return
+        try:
+            yield fd
+        finally:
+            for entry in os.listdir(fd):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry, dir_fd=fd)
+            made = os.fstat(fd)
+            os.close(fd)
+            now = dirfd.lstat_at(parent, name)
+            if now is not None and (now.st_dev, now.st_ino) == (made.st_dev, made.st_ino):
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=parent)
     finally:
-        shutil.rmtree(made, ignore_errors=True)
+        os.close(parent)
 
 
-def _files(directory: Path, count: int, size: int) -> list[Path]:
+def _write(directory_fd: int, name: str, payload: bytes) -> None:
+    """A new file of ours in the directory: created exclusively, never through a link."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                 dir_fd=directory_fd)  # fmt: skip
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _files(directory_fd: int, count: int, size: int) -> list[str]:
     payload = os.urandom(size)
-    paths = [directory / f"f{i:05d}" for i in range(count)]
-    for path in paths:
-        path.write_bytes(payload)
-    return paths
+    names = [f"f{i:05d}" for i in range(count)]
+    for name in names:
+        _write(directory_fd, name, payload)
+    return names
 
 
-def _read_all(paths: list[Path], epochs: int, flags: int, directory_fd: int) -> float:
+def _read_all(names: list[str], epochs: int, flags: int, directory_fd: int) -> float:
     start = time.perf_counter()
     for _ in range(epochs):
-        for path in paths:
-            fd = os.open(path.name, os.O_RDONLY | flags, dir_fd=directory_fd)
+        for name in names:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | flags, dir_fd=directory_fd)
             try:
                 while os.read(fd, 1 << 16):
                     pass
@@ -81,11 +112,11 @@ def _read_all(paths: list[Path], epochs: int, flags: int, directory_fd: int) -> 
     return time.perf_counter() - start
 
 
-def _age(paths: list[Path], directory_fd: int) -> None:
+def _age(names: list[str], directory_fd: int) -> None:
     now = time.time()
-    for path in paths:
-        mtime = os.stat(path.name, dir_fd=directory_fd).st_mtime
-        os.utime(path.name, (now - TWO_DAYS_S, mtime), dir_fd=directory_fd)
+    for name in names:
+        mtime = os.stat(name, dir_fd=directory_fd, follow_symlinks=False).st_mtime
+        os.utime(name, (now - TWO_DAYS_S, mtime), dir_fd=directory_fd, follow_symlinks=False)
 
 
 def _median_pair(
@@ -122,27 +153,24 @@ def atime_cost(
     mount: Path, mode: str, files: int = 2000, size: int = 4096, epochs: int = 4, rounds: int = 7
 ) -> IoCost:
     """Small-file reads on ``mount`` as mounted (atime ``mode``) against the same with O_NOATIME."""
-    with _private_directory(mount) as directory:
-        if isinstance(directory, str):
-            return IoCost(None, SMALL_FILE_READS, why=directory)
-        paths = _files(directory, files, size)
-        directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            _syncfs(directory_fd)
+    with _private_directory(mount) as directory_fd:
+        if isinstance(directory_fd, str):
+            return IoCost(None, SMALL_FILE_READS, why=directory_fd)
+        paths = _files(directory_fd, files, size)
+        _syncfs(directory_fd)
+        fd = directory_fd  # for the closures: the narrowed type
 
-            def as_mounted() -> float:
-                _age(paths, directory_fd)
-                _syncfs(directory_fd)
-                return _read_all(paths, epochs, 0, directory_fd)
+        def as_mounted() -> float:
+            _age(paths, fd)
+            _syncfs(fd)
+            return _read_all(paths, epochs, 0, fd)
 
-            def without_atime() -> float:
-                _age(paths, directory_fd)
-                _syncfs(directory_fd)
-                return _read_all(paths, epochs, os.O_NOATIME, directory_fd)
+        def without_atime() -> float:
+            _age(paths, fd)
+            _syncfs(fd)
+            return _read_all(paths, epochs, os.O_NOATIME, fd)
 
-            plain, noatime, noise = _median_pair(rounds, as_mounted, without_atime)
-        finally:
-            os.close(directory_fd)
+        plain, noatime, noise = _median_pair(rounds, as_mounted, without_atime)
     method = (
         f"{files} files of {size} B read {epochs} times on {mount}: {plain * 1e3:.0f} ms as mounted "
         f"({mode}), {noatime * 1e3:.0f} ms with O_NOATIME (as noatime would), writeback included; median of "
@@ -151,24 +179,19 @@ def atime_cost(
     return _cost(plain, noatime, noise, SMALL_FILE_READS, method)
 
 
-def _scratch_work(directory: Path, files: int, size: int) -> float:
+def _scratch_work(directory_fd: int, files: int, size: int) -> float:
     """A job's scratch files: all written, written back (as the kernel would within its 30 s), read
     back, removed. On a tmpfs the writeback costs nothing; on a disk it is the disk's work."""
     payload = os.urandom(size)
-    paths = [directory / f"s{i:05d}" for i in range(files)]
-    directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        start = time.perf_counter()
-        for path in paths:
-            path.write_bytes(payload)
-        _syncfs(directory_fd)
-        for path in paths:
-            path.read_bytes()
-        for path in paths:
-            path.unlink()
-        return time.perf_counter() - start
-    finally:
-        os.close(directory_fd)
+    names = [f"s{i:05d}" for i in range(files)]
+    start = time.perf_counter()
+    for name in names:
+        _write(directory_fd, name, payload)
+    _syncfs(directory_fd)
+    _read_all(names, 1, 0, directory_fd)
+    for name in names:
+        os.unlink(name, dir_fd=directory_fd)
+    return time.perf_counter() - start
 
 
 def tmp_cost(tmp: Path, tmpfs: Path, files: int = 1000, size: int = 16384, rounds: int = 7) -> IoCost:
@@ -191,26 +214,22 @@ def read_rounds(
 ) -> list[float] | str:
     """The ledger's data-disk measure: small-file reads as the disk is mounted (access times aged two
     days, writeback included), files read per second in each round; or why it cannot be measured."""
-    with _private_directory(mount) as directory:
-        if isinstance(directory, str):
-            return directory
-        paths = _files(directory, files, size)
-        directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            rates = []
-            for _ in range(rounds):
-                _age(paths, directory_fd)
-                _syncfs(directory_fd)
-                rates.append(files * epochs / _read_all(paths, epochs, 0, directory_fd))
-        finally:
-            os.close(directory_fd)
+    with _private_directory(mount) as directory_fd:
+        if isinstance(directory_fd, str):
+            return directory_fd
+        paths = _files(directory_fd, files, size)
+        rates = []
+        for _ in range(rounds):
+            _age(paths, directory_fd)
+            _syncfs(directory_fd)
+            rates.append(files * epochs / _read_all(paths, epochs, 0, directory_fd))
     return rates
 
 
 def scratch_rounds(tmp: Path, rounds: int = 7, files: int = 1000, size: int = 16384) -> list[float] | str:
     """The ledger's /tmp measure: files written, written back, read back and removed per second, each
     round."""
-    with _private_directory(tmp) as directory:
-        if isinstance(directory, str):
-            return directory
-        return [files / _scratch_work(directory, files, size) for _ in range(rounds)]
+    with _private_directory(tmp) as directory_fd:
+        if isinstance(directory_fd, str):
+            return directory_fd
+        return [files / _scratch_work(directory_fd, files, size) for _ in range(rounds)]

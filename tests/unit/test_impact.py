@@ -303,3 +303,34 @@ def test_the_textfile_carries_each_price_and_the_nodes_loss_counted_once() -> No
     if promtool:
         linted = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
         assert linted.returncode == 0, linted.stderr
+
+
+def test_a_scratch_directory_swapped_during_the_measurement_is_never_written_through_or_removed(
+    tmp_path: Path,
+) -> None:
+    """The hostile user's view: on a disk others may write to, the measurement's directory is renamed
+    away and a directory (or a link) of theirs put in its place. Files are made relative to the open
+    directory, so none lands in theirs, and theirs is not removed at the end."""
+    with io_cost._private_directory(tmp_path) as fd:
+        assert isinstance(fd, int)
+        (made,) = list(tmp_path.iterdir())
+        assert made.stat().st_mode & 0o777 == 0o700
+        made.rename(tmp_path / "moved")
+        decoy = tmp_path / made.name
+        decoy.mkdir()
+        (decoy / "theirs").write_text("keep")
+        io_cost._files(fd, 3, 16)
+        assert sorted(p.name for p in (tmp_path / "moved").iterdir()) == ["f00000", "f00001", "f00002"]
+        assert [p.name for p in decoy.iterdir()] == ["theirs"]
+    assert (decoy / "theirs").read_text() == "keep"
+    assert list((tmp_path / "moved").iterdir()) == []  # ours emptied through its descriptor
+    link_target = tmp_path / "target"
+    link_target.mkdir()
+    before = set(tmp_path.iterdir())
+    with io_cost._private_directory(tmp_path) as fd:
+        assert isinstance(fd, int)
+        (ours,) = set(tmp_path.iterdir()) - before
+        ours.rename(tmp_path / "moved-again")
+        ours.symlink_to(link_target)
+        io_cost._files(fd, 1, 16)
+    assert list(link_target.iterdir()) == [] and ours.is_symlink()
