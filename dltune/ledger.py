@@ -27,6 +27,7 @@ GAIN, LOSS, WITHIN_NOISE, NOT_BEFORE = "gain", "loss", "within noise", "not meas
 ROLE_MEASURES = {
     "data_disks": "small-file reads",  # each data disk: files/s of small-file reads as mounted
     "tmpfs_tmp": "scratch files in /tmp",  # files/s of create, write, read back, remove in /tmp
+    "nvidia_driver": "GPU matmul",  # the GPU smoke: TFLOPS of the first GPU's matmul burst (PyTorch)
 }
 ENTRY_SCHEMA = of(
     dict,
@@ -34,6 +35,7 @@ ENTRY_SCHEMA = of(
         "schema": of(int, minimum=1),
         "role": of(str, choices=tuple(ROLE_MEASURES)),
         "after_time": of(str),
+        "not_measured": optional(dict, items=of(str, max_length=500)),
         "changes": of(
             list,
             max_length=64,

@@ -210,7 +210,14 @@ def tuning_ledger(snap: Snapshot) -> list[Result]:
         Result(
             "system.tuning_ledger",
             Status.PASS,
-            f"{entry['role']}: " + ("; ".join(said(c) for c in entry["changes"]) or "nothing measured"),
+            f"{entry['role']}: "
+            + "; ".join(
+                [said(c) for c in entry["changes"]]
+                + [
+                    f"{what}: not measured: {why}"
+                    for what, why in sorted((entry.get("not_measured") or {}).items())
+                ]
+            ),
             subject=str(entry["role"]),
             evidence={
                 "after_time": entry["after_time"],
@@ -218,6 +225,7 @@ def tuning_ledger(snap: Snapshot) -> list[Result]:
                 "changes": [
                     {k: v for k, v in c.items() if k not in ("before", "after")} for c in entry["changes"]
                 ],
+                "not_measured": dict(entry.get("not_measured") or {}),
             },
         )
         for entry in snap.ledger

@@ -24,6 +24,15 @@ def _measure(role: str, data: list[Path]) -> dict[str, dict[str, object]]:
     from dltune.bench import io_cost
     from dltune.ledger import ROLE_MEASURES, summarise
 
+    if role == "nvidia_driver":
+        rounds = _gpu_rounds()
+        kind = ROLE_MEASURES[role]
+        summary = (
+            {"kind": kind, "unit": "TFLOPS"} | summarise(rounds)
+            if isinstance(rounds, list)
+            else {"why": rounds}
+        )
+        return {"GPU matmul cuda:0": summary}
     targets = [(f"scratch files in {Path('/tmp')}", Path("/tmp"))] if role == "tmpfs_tmp" else []
     targets += [(f"small-file reads {path}", path) for path in data] if role == "data_disks" else []
     measured: dict[str, dict[str, object]] = {}
@@ -40,6 +49,24 @@ def _measure(role: str, data: list[Path]) -> dict[str, dict[str, object]]:
             else {"kind": kind, "unit": "files/s"} | summarise(rounds)
         )
     return measured
+
+
+def _gpu_rounds(rounds: int = 7) -> list[float] | str:
+    """The GPU smoke: the first GPU's bf16 (fp16 before Ampere) matmul burst, TFLOPS each round; or why
+    there is none (no PyTorch beside dltune, no GPU answering CUDA: a node before its driver)."""
+    try:
+        import torch
+    except ImportError:
+        return "no PyTorch beside dltune (role dltune: dltune_bench_python or dltune_bench_torch_packages)"
+    try:
+        if not torch.cuda.is_available():
+            return "no GPU answers CUDA (no driver yet, or none that this PyTorch supports)"
+        from dltune.bench import measure
+
+        dtype = measure.matmul_dtypes(torch, "cuda:0")[0]
+        return [measure.matmul(torch, "cuda:0", dtype, 8192, 0.1).tflops for _ in range(rounds)]
+    except RuntimeError as exc:  # a CUDA error: the GPU does not compute now
+        return f"the GPU smoke failed: {exc}"
 
 
 def _read(path: Path) -> dict[str, object] | None:
@@ -65,16 +92,17 @@ def _record_after(role: str, measured: dict[str, dict[str, object]], directory: 
     pending = directory / f"{role}.before.json"
     before = _read(pending) or {}
     earlier = before.get("measures") if isinstance(before.get("measures"), dict) else {}
-    changes = []
+    changes, not_measured = [], {}
     for what, after in measured.items():
         if "why" in after:
+            not_measured[what] = str(after["why"])
             stdout_console().print(f"{role}: {what}: not measured: {after['why']}")
             continue
         then = earlier.get(what) if isinstance(earlier, dict) else None
         usable = then if isinstance(then, dict) and "median" in then and "mad" in then else None
         changes.append(compare(what, str(after["kind"]), str(after["unit"]), usable, after))
     entry = {"schema": LEDGER_SCHEMA_VERSION, "role": role, "before_time": before.get("time"),
-             "after_time": now, "changes": changes}  # fmt: skip
+             "after_time": now, "changes": changes, "not_measured": not_measured}  # fmt: skip
     dirfd.replace_file(str(directory / f"{role}.json"), (json.dumps(entry, indent=1) + "\n").encode())
     pending.unlink(missing_ok=True)
     for change in changes:
@@ -87,7 +115,9 @@ def ledger(
     ],
     roles: Annotated[
         list[str],
-        typer.Option("--role", help="A role whose effect to measure: data_disks, tmpfs_tmp. Repeat it."),
+        typer.Option(
+            "--role", help="A role whose effect to measure: data_disks, tmpfs_tmp, nvidia_driver. Repeat it."
+        ),
     ],
     data: Annotated[
         list[Path] | None, typer.Option("--data", help="data_disks: a data disk's mount point. Repeat it.")

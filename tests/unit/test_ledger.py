@@ -169,3 +169,18 @@ def test_the_report_gives_each_roles_median_and_spread_and_never_a_gain_within_n
     )
     (new,) = fleet_ledger([fleet_node("n1", NOT_BEFORE, None)])
     assert new.said() == "data_disks: small-file reads: nothing measured before the role on 1 node(s)"
+
+
+def test_the_gpu_smoke_without_a_gpu_says_so_and_claims_nothing(tmp_path: Path) -> None:
+    """nvidia_driver's GPU smoke on a machine whose PyTorch sees no CUDA GPU (this one, like a node
+    before its driver): no change recorded, the reason kept, and the audit says it."""
+    argv = ["ledger", "--role", "nvidia_driver", "--dir", str(tmp_path)]
+    runner = CliRunner()
+    assert runner.invoke(app, [*argv, "--phase", "before"]).exit_code == 0
+    after = runner.invoke(app, [*argv, "--phase", "after"])
+    assert after.exit_code == 0, after.output
+    entry = json.loads((tmp_path / "nvidia_driver.json").read_text())
+    assert entry["changes"] == [] and list(entry["not_measured"]) == ["GPU matmul cuda:0"]
+    assert "no GPU answers CUDA" in entry["not_measured"]["GPU matmul cuda:0"]
+    (result,) = tuning_ledger(Snapshot(root="/x", ledger=(entry,)))
+    assert result.summary.startswith("nvidia_driver: GPU matmul cuda:0: not measured: no GPU answers CUDA")
