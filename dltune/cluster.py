@@ -826,6 +826,14 @@ def _area_cell(node_anchor: str, mine: Sequence[dict[str, Any]]) -> str:
 
 
 # long: the page template is one f-string
+# The first section stays short above the grid: the costliest checks, then "+N more".
+HTML_COST_ROWS = 20
+
+
+def _more_row(more: int, columns: int) -> str:
+    return f'<tr><td colspan="{columns}">+{more} more (the findings below)</td></tr>' if more > 0 else ""
+
+
 def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
     """Nodes x areas (worst status per area; hover lists the area's checks, a click jumps to the node's
     findings), nodes with findings first; then every finding with its evidence; then the bench charts."""
@@ -884,12 +892,13 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
     cost_rows = "".join(
         f"<tr><td>{esc(c.check)}</td><td>{c.gpu_hours_per_day:.1f}</td><td>{len(c.hosts)}</td>"
         f"<td>{esc(', '.join(c.bases))}</td><td>{esc(_listed(list(c.hosts)))}</td></tr>"
-        for c in costs
-    )
+        for c in costs[:HTML_COST_ROWS]
+    ) + _more_row(len(costs) - HTML_COST_ROWS, 5)
+    # The gravest unpriced first, few of them: the grid and the findings table below list every one.
     unpriced_rows = "".join(
         f"<tr><td>{esc(check)}</td><td>{esc(status)}</td><td>{len(hosts)}</td><td>{esc(_listed(hosts))}</td></tr>"
-        for check, status, hosts in unpriced
-    )
+        for check, status, hosts in unpriced[:SHOWN_COSTS]
+    ) + _more_row(len(unpriced) - SHOWN_COSTS, 4)
     first = (
         f"<h2>What to fix first</h2><p>{sum(c.gpu_hours_per_day for c in costs):.1f} GPU-hours a day lost "
         "across the fleet, by check (each node's loss counted once; a node out of scheduling: all its "

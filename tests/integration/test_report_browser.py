@@ -29,6 +29,8 @@ CHART_MAX_HEIGHT = 600
 MEASURE = """
 <script>
 window.addEventListener("load", () => {
+  // The grid follows the report's first section (what to fix first): measured where it is drawn.
+  document.querySelector("table.matrix").scrollIntoView();
   const headers = [...document.querySelectorAll("table.matrix tr:first-child th")].slice(1);
   const found = headers.map((th) => {
     const box = th.getBoundingClientRect();

@@ -334,3 +334,13 @@ def test_a_scratch_directory_swapped_during_the_measurement_is_never_written_thr
         ours.symlink_to(link_target)
         io_cost._files(fd, 1, 16)
     assert list(link_target.iterdir()) == [] and ours.is_symlink()
+
+
+def test_the_first_section_stays_short_above_the_grid() -> None:
+    """Thirty unpriced checks: ten rows and "+20 more", the grid right after (the findings table below
+    lists every one)."""
+    results = [Result(f"system.odd_{i:02d}", Status.WARN, "odd") for i in range(30)]
+    page = render_html([node_file("n1", price(results, Node(gpus=8)))], "now")
+    first = page[page.index("<h2>What to fix first</h2>") : page.index('<table class="matrix">')]
+    assert first.count("<td>system.odd_") == 10 and "+20 more (the findings below)" in first
+    assert page.count("<td>system.odd_") == 10 + 30  # and all of them in the findings table
