@@ -96,7 +96,7 @@ def shown_lines(block: str) -> set[str]:
     for line in block.splitlines():
         text = line.strip()
         if text.startswith('"') and text.rstrip(",").endswith('"'):
-            text = json.loads(text.rstrip(","))
+            text = json.loads(text.rstrip(",")).strip()  # the report's own indentation too, as in rows
         lines.add(text)
     return lines
 
