@@ -825,7 +825,6 @@ def _area_cell(node_anchor: str, mine: Sequence[dict[str, Any]]) -> str:
     )
 
 
-# long: the page template is one f-string
 # The first section stays short above the grid: the costliest checks, then "+N more".
 HTML_COST_ROWS = 20
 
@@ -834,6 +833,37 @@ def _more_row(more: int, columns: int) -> str:
     return f'<tr><td colspan="{columns}">+{more} more (the findings below)</td></tr>' if more > 0 else ""
 
 
+def _first_section_html(nodes: Sequence[NodeReport]) -> str:
+    """The page's first section: what to fix first, by GPU-hours a day, then the gravest unpriced."""
+    esc = html.escape
+    costs, unpriced = check_costs(nodes)
+    cost_rows = "".join(
+        f"<tr><td>{esc(c.check)}</td><td>{c.gpu_hours_per_day:.1f}</td><td>{len(c.hosts)}</td>"
+        f"<td>{esc(', '.join(c.bases))}</td><td>{esc(_listed(list(c.hosts)))}</td></tr>"
+        for c in costs[:HTML_COST_ROWS]
+    ) + _more_row(len(costs) - HTML_COST_ROWS, 5)
+    # The gravest unpriced first, few of them: the grid and the findings table below list every one.
+    unpriced_rows = "".join(
+        f"<tr><td>{esc(check)}</td><td>{esc(status)}</td><td>{len(hosts)}</td><td>{esc(_listed(hosts))}</td></tr>"
+        for check, status, hosts in unpriced[:SHOWN_COSTS]
+    ) + _more_row(len(unpriced) - SHOWN_COSTS, 4)
+    return (
+        f"<h2>What to fix first</h2><p>{sum(c.gpu_hours_per_day for c in costs):.1f} GPU-hours a day lost "
+        "across the fleet, by check (each node's loss counted once; a node out of scheduling: all its "
+        "GPUs).</p>"
+        '<table class="costs"><tr><th>check</th><th>GPU-hours a day</th><th>nodes</th><th>priced</th>'
+        f"<th>which</th></tr>{cost_rows or NO_COST_ROW}</table>"
+        + (
+            "<p>Not priced (no method, or no measurement), the gravest first:</p>"
+            '<table class="costs"><tr><th>check</th><th>status</th><th>nodes</th><th>which</th></tr>'
+            f"{unpriced_rows}</table>"
+            if unpriced_rows
+            else ""
+        )
+    )
+
+
+# long: the page template is one f-string
 def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
     """Nodes x areas (worst status per area; hover lists the area's checks, a click jumps to the node's
     findings), nodes with findings first; then every finding with its evidence; then the bench charts."""
@@ -888,31 +918,7 @@ def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
     laggards = "".join(f"<li>{esc(b.said())}</li>" for b in behind_the_fleet(nodes))
     replays = "".join(f"<li>{esc(o.said())}</li>" for o in sdc_outliers(nodes))
     ledger = "".join(f"<li>{esc(line.said())}</li>" for line in tuning_ledger(nodes))
-    costs, unpriced = check_costs(nodes)
-    cost_rows = "".join(
-        f"<tr><td>{esc(c.check)}</td><td>{c.gpu_hours_per_day:.1f}</td><td>{len(c.hosts)}</td>"
-        f"<td>{esc(', '.join(c.bases))}</td><td>{esc(_listed(list(c.hosts)))}</td></tr>"
-        for c in costs[:HTML_COST_ROWS]
-    ) + _more_row(len(costs) - HTML_COST_ROWS, 5)
-    # The gravest unpriced first, few of them: the grid and the findings table below list every one.
-    unpriced_rows = "".join(
-        f"<tr><td>{esc(check)}</td><td>{esc(status)}</td><td>{len(hosts)}</td><td>{esc(_listed(hosts))}</td></tr>"
-        for check, status, hosts in unpriced[:SHOWN_COSTS]
-    ) + _more_row(len(unpriced) - SHOWN_COSTS, 4)
-    first = (
-        f"<h2>What to fix first</h2><p>{sum(c.gpu_hours_per_day for c in costs):.1f} GPU-hours a day lost "
-        "across the fleet, by check (each node's loss counted once; a node out of scheduling: all its "
-        "GPUs).</p>"
-        '<table class="costs"><tr><th>check</th><th>GPU-hours a day</th><th>nodes</th><th>priced</th>'
-        f"<th>which</th></tr>{cost_rows or NO_COST_ROW}</table>"
-        + (
-            "<p>Not priced (no method, or no measurement), the gravest first:</p>"
-            '<table class="costs"><tr><th>check</th><th>status</th><th>nodes</th><th>which</th></tr>'
-            f"{unpriced_rows}</table>"
-            if unpriced_rows
-            else ""
-        )
-    )
+    first = _first_section_html(nodes)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dltune report</title>
 <style>
