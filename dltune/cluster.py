@@ -554,9 +554,7 @@ def behind_the_fleet(nodes: Sequence[NodeReport], behind: float = FLEET_BEHIND) 
         hosts = {host for host, _, _ in values}
         if len(hosts) < FLEET_MIN_NODES:
             continue
-        ordered = sorted(v for _, _, v in values)
-        middle = len(ordered) // 2
-        median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        median = _median([v for _, _, v in values])
         for host, device, value in values:
             if value < median * (1.0 - behind):
                 found.append(BehindFleet(host, device, gpu, figure, unit, value, median, len(hosts)))

@@ -234,7 +234,7 @@ def tuning_ledger(snap: Snapshot) -> list[Result]:
         Result(
             "system.tuning_ledger",
             Status.WARN,
-            f"{where}: {problem}",
+            problem,
             subject=where,
             remedy="run the site again with dltune_ledger: true (dltune ledger rewrites it)",
         )

@@ -115,6 +115,21 @@ def check_fragment(role: str, data: Any) -> list[str]:
     return problems
 
 
+def _read_json(fs: HostFS, where: str, limit: int, kind: str) -> tuple[Any, str | None]:
+    """One small JSON file of the manifest directory, or why it cannot be used (unreadable, larger than
+    ``limit``, not JSON, too deep, not finite)."""
+    try:
+        raw = fs.read_bytes(where, limit)
+    except OSError as exc:
+        return None, f"{where} cannot be read: {exc.strerror or exc}"
+    if len(raw) > limit:
+        return None, f"{where} is larger than {limit} bytes: not {kind}"
+    try:
+        return safeio.loads(raw.decode("utf-8")), None
+    except ValueError as exc:  # UnicodeDecodeError, bad syntax, too deep, not finite
+        return None, f"{where} is not valid JSON: {exc}"
+
+
 def read_manifest(fs: HostFS) -> tuple[dict[str, Mapping[str, Any]], dict[str, str]]:
     """Valid fragments by role, and the problem by role for every fragment that cannot be used."""
     fragments: dict[str, Mapping[str, Any]] = {}
@@ -127,18 +142,9 @@ def read_manifest(fs: HostFS) -> tuple[dict[str, Mapping[str, Any]], dict[str, s
     for path in paths:
         role = path.stem
         where = f"{MANIFEST_DIR}/{path.name}"
-        try:
-            raw = fs.read_bytes(where, MAX_FRAGMENT_BYTES)
-        except OSError as exc:
-            problems[role] = f"{where} cannot be read: {exc.strerror or exc}"
-            continue
-        if len(raw) > MAX_FRAGMENT_BYTES:
-            problems[role] = f"{where} is larger than {MAX_FRAGMENT_BYTES} bytes: not a manifest fragment"
-            continue
-        try:
-            data = safeio.loads(raw.decode("utf-8"))
-        except ValueError as exc:  # UnicodeDecodeError, bad syntax, too deep, not finite
-            problems[role] = f"{where} is not valid JSON: {exc}"
+        data, problem = _read_json(fs, where, MAX_FRAGMENT_BYTES, "a manifest fragment")
+        if problem:
+            problems[role] = problem
             continue
         found = check_fragment(role, data)
         if found:
@@ -162,14 +168,13 @@ def read_ledger(fs: HostFS) -> tuple[tuple[Mapping[str, Any], ...], dict[str, st
     problems: dict[str, str] = {}
     for path in paths:
         where = f"{where_dir}/{path.name}"
-        try:
-            data = safeio.loads(fs.read_bytes(where, MAX_FRAGMENT_BYTES * 16).decode("utf-8"))
-        except (OSError, ValueError) as exc:
-            problems[where] = f"cannot be used: {exc}"
+        data, problem = _read_json(fs, where, MAX_FRAGMENT_BYTES * 16, "a ledger entry")
+        if problem:
+            problems[where] = problem
             continue
         found = validate(data, ENTRY_SCHEMA)
         if found:
-            problems[where] = f"not a ledger entry: {'; '.join(found[:3])}"
+            problems[where] = f"{where} is not a ledger entry: {'; '.join(found[:3])}"
             continue
         entries.append(data)
     return tuple(entries), problems
