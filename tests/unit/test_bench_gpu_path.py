@@ -277,6 +277,7 @@ def _gpu_harness(monkeypatch: pytest.MonkeyPatch, recorder: Recorder, devices: l
         measure, "determinism_losses", recorder("determinism", lambda *_a, **k: [1.0 + k["perturb"]])
     )
     monkeypatch.setattr(measure, "device_name", lambda *_a: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(measure, "nvml_uuid", lambda _t, d: f"GPU-uuid-of-{d}")
     monkeypatch.setattr(measure, "sdc_replay", recorder("sdc", lambda *_a, **_k: ["s0", "s1"]))
     monkeypatch.setattr(measure, "sdc_key", lambda *_a: {"model": "m"})
     monkeypatch.setattr(measure, "image_folder", lambda *_a: list(range(5000)))
@@ -312,6 +313,12 @@ def test_data_parallel_runs_before_this_process_touches_a_gpu(
     assert recorder.calls[-2:] == ["sdc", "sdc"], recorder.calls
     (sdc,) = [r for r in results if r.id == "bench.sdc"]
     assert sdc.status is Status.PASS and set(sdc.evidence["devices"]) == {"cuda:0", "cuda:1"}
+    # Each GPU's own results name it by NVML UUID (the audit's name for it, how impact prices a finding).
+    matmuls = [r for r in results if r.id == "bench.matmul"]
+    assert {(r.subject, r.evidence.get("uuid")) for r in matmuls} == {
+        ("cuda:0:bf16", "GPU-uuid-of-cuda:0"),
+        ("cuda:1:bf16", "GPU-uuid-of-cuda:1"),
+    }
     assert launched[0]["baseline"] is True and launched[0]["backend"] == "nccl"
     scaling = next(r for r in results if r.id == "bench.scaling")
     assert scaling.metrics["efficiency"] == pytest.approx(1800 / (2 * 1000))
