@@ -123,8 +123,8 @@ def fabric_once(tree: str) -> None:
 
     from dltune.checks import run_checks
     from dltune.model import exit_code
+    from dltune.outputs.report import render_json
     from dltune.probes import collect_snapshot
-    from dltune.report import render_json
 
     areas = ["driver", "gpu", "fabric"]
     snapshot = collect_snapshot(tree, areas=areas, deadline=deadline, nvml_future=nvml)

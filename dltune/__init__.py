@@ -1,7 +1,7 @@
 """dltune: audit and benchmark deep-learning training nodes.
 
 The library works without the CLI: ``collect_snapshot`` reads the host, ``run_checks`` judges it,
-``dltune.report`` renders the results.
+``dltune.outputs.report`` renders the results.
 """
 
 from __future__ import annotations

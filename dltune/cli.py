@@ -19,13 +19,14 @@ from typing import Annotated
 import typer
 
 import dltune
-from dltune.commands import ClickException, error_line
 from dltune.commands.ack import ack
 from dltune.commands.audit import audit
 from dltune.commands.bench import bench
 from dltune.commands.check import check
 from dltune.commands.healthcheck import healthcheck
 from dltune.commands.ledger import ledger
+from dltune.commands.options import ClickException
+from dltune.commands.output import error_line
 from dltune.commands.remedy import remedy
 from dltune.commands.report import report
 from dltune.commands.stage import stage, stage_node

@@ -1,6 +1,7 @@
 """What the Slurm health check keeps and tells about one node, as plain data: its profile, its history
 across runs (the debounce's and the recovery's runs, the counters of drains and resumes) and the
-report of one run for the metrics. dltune.slurm_health decides with it; dltune.prometheus renders it."""
+report of one run for the metrics: the contract between the health check (dltune.fleet.slurm_health,
+which decides with it) and the metrics (dltune.outputs.prometheus, which renders it)."""
 
 from __future__ import annotations
 
@@ -150,7 +151,7 @@ def _counts(value: Any, key: str) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class HealthReport:
-    """What one health-check run knows beyond the audit, for the metrics (dltune.prometheus)."""
+    """What one health-check run knows beyond the audit, for the metrics (dltune.outputs.prometheus)."""
 
     profile: Profile
     drained_by_dltune: bool

@@ -83,11 +83,11 @@ class Result:
     # What many nodes share and whose failure this finding typically is (an NFS server, the subnet
     # manager, the time source), named so: the same finding on many nodes is one cause, not N nodes.
     shared_dependency: str | None = None
-    # An operator's acknowledgement of this finding (dltune.acks): {"by", "why", "since", "until",
+    # An operator's acknowledgement of this finding (dltune.fleet.acks): {"by", "why", "since", "until",
     # "was": the status it had}. An acknowledged fail is shown as warn, not critical: known, accepted,
     # no drain and no alert until the acknowledgement ends.
     acknowledged: Mapping[str, Any] | None = None
-    # What the finding costs in training time (dltune.impact): {"basis": "measured" | "estimated",
+    # What the finding costs in training time (dltune.costs.impact): {"basis": "measured" | "estimated",
     # "fraction", "of", "scope", "gpus", "use", "gpu_hours_per_day", "method", "source"?}, or
     # {"basis": "unpriced", "why"}; None on a result that is no finding (or a command that prices none).
     impact: Mapping[str, Any] | None = None

@@ -594,7 +594,7 @@ class Snapshot:
     manifest_dir: str = MANIFEST_DIR
     # role -> why its fragment cannot be used (unreadable, not JSON, wrong shape); "*": the directory
     manifest_problems: Mapping[str, str] = field(default_factory=dict)
-    # The tuning ledger's entries (dltune.ledger: what each role changed, measured before and after),
+    # The tuning ledger's entries (dltune.costs.ledger: what each role changed, measured before and after),
     # and the files that could not be used.
     ledger: tuple[Mapping[str, Any], ...] = ()
     ledger_problems: Mapping[str, str] = field(default_factory=dict)

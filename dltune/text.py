@@ -2,7 +2,7 @@
 fstab lines, driver messages, Slurm's node reasons, node report files and their names, paths given on
 the command line), applied where such text becomes output: ``Result.to_dict`` (which every renderer
 uses: JSON, the human table, Prometheus, Ansible facts, and through them the HTML report), a node
-report as ``dltune report`` reads it (dltune.cluster), and the line writers of dltune.commands
+report as ``dltune report`` reads it (dltune.fleet.cluster), and the line writers of dltune.commands
 (``error_line``, ``output_line``: every one-line message, ``stage --plan``'s advice).
 
 - A byte that was not UTF-8 (read with ``surrogateescape``) is shown as ``\\xNN``; an ASCII control
@@ -14,7 +14,7 @@ report as ``dltune report`` reads it (dltune.cluster), and the line writers of d
   (``unescape``), and two different paths never print as the same text.
 - No text is ever read as markup: renderers pass it as plain text (rich ``Text``, ``html.escape``).
 - What reaches a terminal passes a last guard at the sink, whatever a caller forgot: every rich
-  console dltune makes (dltune.report.console) writes its text through ``terminal_safe``, which
+  console dltune makes (dltune.outputs.report.console) writes its text through ``terminal_safe``, which
   escapes the same characters (not the newlines dltune lays out, not backslashes, so text ``visible``
   escaped passes unchanged).
 """

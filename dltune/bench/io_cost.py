@@ -1,4 +1,4 @@
-"""What two file-system findings cost on this node, measured without changing a mount (dltune.impact
+"""What two file-system findings cost on this node, measured without changing a mount (dltune.costs.impact
 prices storage.data_noatime and storage.tmp_tmpfs with them; `dltune check` measures where the audit
 found either):
 
@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from dltune import dirfd
-from dltune.impact import IoCost
-from dltune.ledger import NOISE_FLOOR
+from dltune.costs.impact import IoCost
+from dltune.costs.ledger import NOISE_FLOOR
+from dltune.files import dirfd
 
 TWO_DAYS_S = 2 * 24 * 3600
 SMALL_FILE_READS = "small-file reads"

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dltune import safeio
 from dltune.bench import judge, rdma, slow_node
 from dltune.bench.measure import SDC_PRECISIONS, SDC_STEPS, BenchError
+from dltune.files import safeio
 from dltune.model import Result
 from dltune.probes.watchdog import process_cmdlines
 from dltune.text import decimal
@@ -262,7 +262,7 @@ class _Bench:
 
     def with_gpu_ids(self, results: list[Result]) -> list[Result]:
         """Each result of one GPU (its subject "cuda:N:...") with the GPU's NVML UUID in its evidence:
-        the audit names GPUs by UUID, and dltune.impact prices an audit finding by its GPU's figures."""
+        the audit names GPUs by UUID, and dltune.costs.impact prices an audit finding by its GPU's figures."""
         if self.on_cpu:
             return results
         ids = {d: self.measure.nvml_uuid(self.torch, d) for d in self.devices}

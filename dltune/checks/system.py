@@ -204,7 +204,7 @@ def tuning_ledger(snap: Snapshot) -> list[Result]:
     """What each role changed on this node, as `dltune ledger` measured it before and after the role
     (dltune.cluster.site with dltune_ledger): reported, not judged (a change within the noise says so);
     a ledger file that cannot be used is a warning naming it."""
-    from dltune.ledger import said
+    from dltune.costs.ledger import said
 
     results = [
         Result(

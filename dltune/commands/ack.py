@@ -1,6 +1,6 @@
-"""`dltune ack`: an operator accepts a finding on this node for a while (dltune.acks): while it lasts the
-finding reads `warn`, is not critical (no drain, no alert) and says who accepted it, why and until when.
-Run as root on the node (playbooks/ack.yml runs it on the nodes named); `--list` as anyone."""
+"""`dltune ack`: an operator accepts a finding on this node for a while (dltune.fleet.acks): while it
+lasts the finding reads `warn`, is not critical (no drain, no alert) and says who accepted it, why and
+until when. Run as root on the node (playbooks/ack.yml runs it on the nodes named); `--list` as anyone."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from dltune.commands import output_line
+from dltune.commands.output import output_line
 from dltune.model import EXIT_OK, InputError
 
 ACK_FILE_OPTION = typer.Option("--ack-file", help="Where this node's acknowledgements are kept (root's).")
@@ -62,8 +62,8 @@ def ack(
 ) -> None:
     """Acknowledge a known finding on this node until a date: no drain, no alert, shown as acknowledged.
     `dltune ack gpu.ecc --subject 2:GPU-... --why "RMA 4711" --until 14d`; `--list`; `--clear`."""
-    from dltune import acks
     from dltune.checks import registered
+    from dltune.fleet import acks
 
     path = str(ack_file) if ack_file is not None else acks.DEFAULT_ACK_FILE
     now = time.time()

@@ -12,15 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dltune.commands import (
-    ALL_OPTION,
-    BenchFormat,
-    error_line,
-    gpu_use_option,
-    number_option,
-    progress_console,
-    stdout_console,
-)
+from dltune.commands.options import ALL_OPTION, BenchFormat, gpu_use_option, number_option
+from dltune.commands.output import error_line, progress_console, stdout_console
 from dltune.model import EXIT_USAGE_OR_ERROR, Result, exit_code
 from dltune.text import decimal, visible
 
@@ -69,7 +62,7 @@ def _gpu_indices(gpus: str | None) -> list[int] | None:
 
 def _check_data(data: Path) -> None:
     """--data: a directory or a regular file (a tar); a FIFO or a device would block the bench."""
-    from dltune.safeio import file_kind
+    from dltune.files.safeio import file_kind
 
     try:
         mode = os.stat(data).st_mode
@@ -214,10 +207,10 @@ def bench(
     if results is None:  # another node of a multi-node run: the first node reports for all
         err.print(f"dltune bench: {visible(socket.gethostname())} took part; the step's first node reports")
         raise typer.Exit(0)
-    from dltune.impact import Node, bench_gpus, price
+    from dltune.costs.impact import Node, bench_gpus, price
 
     results = price(results, Node(gpus=bench_gpus(results), use=gpu_use))
-    from dltune.report import render_human, render_json
+    from dltune.outputs.report import render_human, render_json
 
     now = datetime.now(timezone.utc)
     err.print(f"dltune bench: {len(results)} results in {(now - start).total_seconds():.1f}s")

@@ -13,22 +13,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dltune.commands import (
-    ALL_OPTION,
-    BenchFormat,
-    gpu_use_option,
-    number_option,
-    progress_console,
-    seconds_option,
-    stdout_console,
-)
-from dltune.commands.audit import audit_results
+from dltune.commands.node import audit_results
+from dltune.commands.options import ALL_OPTION, BenchFormat, gpu_use_option, number_option, seconds_option
+from dltune.commands.output import progress_console, stdout_console
 from dltune.model import Result, Status
 from dltune.probes.watchdog import Deadline
 
 if TYPE_CHECKING:
     from dltune.bench.judge import TorchCuda
-    from dltune.impact import IoCost
+    from dltune.costs.impact import IoCost
     from dltune.snapshot import NvmlState, Snapshot
 
 
@@ -107,7 +100,7 @@ def check(
         gate = torch if isinstance(torch, Result) else torch_gpu_gate(torch, gpus, nvml.driver_version)
     results += [gate] if gate is not None else _quick_bench(device)
     results = _priced(results, snapshot, gpu_use, measure=gate is None)
-    from dltune.report import render_human, render_json
+    from dltune.outputs.report import render_human, render_json
 
     now = datetime.now(timezone.utc)
     if output is BenchFormat.json:
@@ -119,9 +112,9 @@ def check(
 
 
 def _priced(results: list[Result], snapshot: Snapshot, use: float, measure: bool) -> list[Result]:
-    """Every finding with its price (dltune.impact); the file-system findings measured first where the
+    """Every finding with its price (dltune.costs.impact); the file-system findings measured first where the
     bench ran (a node that must not be loaded now is not measured either)."""
-    from dltune.impact import Node, price
+    from dltune.costs.impact import Node, price
 
     gpus = len(snapshot.nvml.gpus) if snapshot.nvml.available else 0
     if not gpus:
@@ -140,7 +133,7 @@ def _io_costs(results: list[Result], snapshot: Snapshot) -> dict[str, IoCost]:
     """What the audit's atime and /tmp findings cost here, measured (dltune.bench.io_cost)."""
     from dltune.bench.io_cost import SCRATCH, atime_cost, tmp_cost
     from dltune.checks.storage import atime_mode
-    from dltune.impact import IoCost, is_finding
+    from dltune.costs.impact import IoCost, is_finding
     from dltune.snapshot import mount_at
 
     costs: dict[str, IoCost] = {}

@@ -2,7 +2,7 @@
 with no PATH and no arguments (the role's wrapper gives both) and kills it after 60 s (slurm.conf's
 HealthCheckTimeout from Slurm 26.05, which --slurm-timeout tells dltune). It audits the
 node, writes the Prometheus textfile and the facts file as the timer does, and drains or resumes the
-node within the drain limit and flap damping (dltune.slurm_health).
+node within the drain limit and flap damping (dltune.fleet.slurm_health).
 
 It always exits 0 once its options are valid: slurmd's handling of a non-zero exit differs between
 versions (21.08 logs "health_check failed"; others may act on it), and dltune's own findings reach
@@ -17,8 +17,8 @@ from typing import Annotated
 
 import typer
 
-from dltune.commands import error_line, seconds_option
-from dltune.commands.audit import (
+from dltune.commands.node import apply_slurm_health, audit_results, drain_policy, write_node_outputs
+from dltune.commands.options import (
     DEBOUNCE_OPTION,
     DRAIN_LIMIT_OPTION,
     FACTS_FILE_OPTION,
@@ -32,15 +32,11 @@ from dltune.commands.audit import (
     SLURM_NODE_OPTION,
     TEXTFILE_DIR_OPTION,
     HealthProfile,
-    apply_slurm_health,
-    audit_results,
-    drain_policy,
+    seconds_option,
     slurm_node_name,
-    write_node_outputs,
 )
-from dltune.model import EXIT_OK, Status
-from dltune.probes.watchdog import Deadline
-from dltune.slurm_health import (
+from dltune.commands.output import error_line
+from dltune.fleet.slurm_health import (
     DEFAULT_DRAIN_LIMIT,
     DEFAULT_FLAP_COUNT,
     DEFAULT_FLAP_WINDOW_S,
@@ -49,6 +45,8 @@ from dltune.slurm_health import (
     DEFAULT_RECOVERY_WINDOW_S,
     critical_failures,
 )
+from dltune.model import EXIT_OK, Status
+from dltune.probes.watchdog import Deadline
 
 # slurmd kills the program (its whole process group, SIGTERM then SIGKILL 10 ms later) at 60 s, or at
 # HealthCheckTimeout (1 to 65535 s, Slurm >= 26.05): --slurm-timeout. The audit leaves SCONTROL_RESERVE_S

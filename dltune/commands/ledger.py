@@ -1,5 +1,5 @@
 """`dltune ledger`: measure what a role changes on this node, before and after it runs (the tuning
-ledger, dltune.ledger). dltune.cluster.site runs it as root with `dltune_ledger: true`."""
+ledger, dltune.costs.ledger). dltune.cluster.site runs it as root with `dltune_ledger: true`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from dltune.commands import error_line, progress_console, stdout_console
+from dltune.commands.output import error_line, progress_console, stdout_console
 from dltune.model import EXIT_USAGE_OR_ERROR
 from dltune.snapshot import MANIFEST_DIR
 
@@ -22,7 +22,7 @@ MAX_LEDGER_BYTES = 1 << 20
 def _measure(role: str, data: list[Path]) -> dict[str, dict[str, object]]:
     """Each measure of ``role`` as this node is now: what -> {kind, unit, median, mad, rates} or {why}."""
     from dltune.bench import io_cost
-    from dltune.ledger import ROLE_MEASURES, summarise
+    from dltune.costs.ledger import ROLE_MEASURES, summarise
 
     if role == "nvidia_driver":
         rounds = _gpu_rounds()
@@ -70,7 +70,7 @@ def _gpu_rounds(rounds: int = 7) -> list[float] | str:
 
 
 def _read(path: Path) -> dict[str, object] | None:
-    from dltune import safeio
+    from dltune.files import safeio
 
     try:
         data = safeio.load_file(path, MAX_LEDGER_BYTES)
@@ -86,8 +86,8 @@ def _read(path: Path) -> dict[str, object] | None:
 
 def _record_after(role: str, measured: dict[str, dict[str, object]], directory: Path, now: str) -> None:
     """The after phase: each measure against the before phase's, the entry written, the pending gone."""
-    from dltune import dirfd
-    from dltune.ledger import LEDGER_SCHEMA_VERSION, compare, said
+    from dltune.costs.ledger import LEDGER_SCHEMA_VERSION, compare, said
+    from dltune.files import dirfd
 
     pending = directory / f"{role}.before.json"
     before = _read(pending) or {}
@@ -103,7 +103,7 @@ def _record_after(role: str, measured: dict[str, dict[str, object]], directory: 
         changes.append(compare(what, str(after["kind"]), str(after["unit"]), usable, after))
     entry = {"schema": LEDGER_SCHEMA_VERSION, "role": role, "before_time": before.get("time"),
              "after_time": now, "changes": changes, "not_measured": not_measured}  # fmt: skip
-    dirfd.replace_file(str(directory / f"{role}.json"), (json.dumps(entry, indent=1) + "\n").encode())
+    dirfd.write_atomically(str(directory / f"{role}.json"), json.dumps(entry, indent=1) + "\n")
     pending.unlink(missing_ok=True)
     for change in changes:
         stdout_console().print(f"{role}: {said(change)}")
@@ -129,8 +129,8 @@ def ledger(
     """Measure what ROLE changes on this node: --phase before it runs, --phase after it ran; the after
     phase writes DIR/ROLE.json with each measure's change, within noise said so (the audit reports it
     as system.tuning_ledger, `dltune report` adds up the fleet)."""
-    from dltune import dirfd
-    from dltune.ledger import LEDGER_SCHEMA_VERSION, ROLE_MEASURES
+    from dltune.costs.ledger import LEDGER_SCHEMA_VERSION, ROLE_MEASURES
+    from dltune.files import dirfd
 
     if phase not in ("before", "after"):
         raise typer.BadParameter(f"{phase}: give before or after", param_hint="--phase")
@@ -154,7 +154,7 @@ def ledger(
             pending = directory / f"{role}.before.json"
             if phase == "before":
                 record = {"schema": LEDGER_SCHEMA_VERSION, "role": role, "time": now, "measures": measured}
-                dirfd.replace_file(str(pending), (json.dumps(record, indent=1) + "\n").encode())
+                dirfd.write_atomically(str(pending), json.dumps(record, indent=1) + "\n")
                 continue
             _record_after(role, measured, directory, now)
     except (OSError, dirfd.UnsafeEntry) as exc:

@@ -1,5 +1,5 @@
 """`dltune remedy`: what playbooks/remediate.yml may do for this node, from a fresh (read-only) audit
-and the node's state in Slurm: one JSON object on stdout. The decision is dltune.remediation's."""
+and the node's state in Slurm: one JSON object on stdout. The decision is dltune.fleet.remediation's."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
-from dltune.commands import seconds_option
-from dltune.commands.audit import HISTORY_FILE_OPTION, SLURM_NODE_OPTION, audit_results, slurm_node_name
+from dltune.commands.node import audit_results
+from dltune.commands.options import HISTORY_FILE_OPTION, SLURM_NODE_OPTION, seconds_option, slurm_node_name
+from dltune.fleet.slurm_health import DEFAULT_HISTORY_FILE
 from dltune.model import EXIT_OK
 from dltune.probes.watchdog import Deadline
-from dltune.slurm_health import DEFAULT_HISTORY_FILE
 
 
 def remedy(
@@ -32,10 +32,10 @@ def remedy(
 ) -> None:
     """Audit this node and say what remediation may do: resume, reapply (roles), reset_gpu, reboot or
     hold, with the node's Slurm state (drained by dltune? flapping?). JSON; exit 0."""
+    from dltune.fleet.remediation import remedy_for
+    from dltune.fleet.slurm_health import SCONTROL_TIMEOUT_S, parse_node
+    from dltune.fleet.slurm_health import record_resume as record
     from dltune.probes.runner import SubprocessRunner
-    from dltune.remediation import remedy_for
-    from dltune.slurm_health import SCONTROL_TIMEOUT_S, parse_node
-    from dltune.slurm_health import record_resume as record
 
     node = slurm_node_name(slurm_node)
     if record_resume:

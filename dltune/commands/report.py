@@ -1,4 +1,4 @@
-"""`dltune report`: many nodes' result files merged into one answer (the work is in dltune.cluster)."""
+"""`dltune report`: many nodes' result files merged into one answer (the work is in dltune.fleet.cluster)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from dltune.commands import ALL_OPTION, check_output_file, output_line, stdout_console, write_output
+from dltune.commands.options import ALL_OPTION
+from dltune.commands.output import check_output_file, output_line, stdout_console, write_output
 
 
 def report(
@@ -21,7 +22,7 @@ def report(
 ) -> None:
     """Merge nodes' results: terminal summary (nodes with findings first), merged JSON, HTML page.
     Exit 0 when every node is reachable with no fail and no error, else 1."""
-    from dltune import cluster
+    from dltune.fleet import cluster
 
     missing = []
     for given in paths:

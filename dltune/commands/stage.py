@@ -10,7 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from dltune.commands import EXIT_INTERRUPTED, interrupt, number_option, output_line, progress_console
+from dltune.commands.options import number_option
+from dltune.commands.output import EXIT_INTERRUPTED, interrupt, output_line, progress_console
 from dltune.text import visible
 
 # The same limits as dltune.staging.plan's (not imported here: the CLI loads staging only when it runs).
@@ -241,7 +242,7 @@ def stage_node(
 ) -> None:
     """One node's part of `dltune stage --broadcast` (run by srun, one task per node): prints one
     DLTUNE-NODE line with its outcome. Not for direct use."""
-    from dltune import safeio
+    from dltune.files import safeio
     from dltune.staging import broadcast as stage_broadcast
 
     options = stage_broadcast.Options(workers, verify, checksum, replace, bwlimit or None)

@@ -23,7 +23,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from dltune import safeio
+from dltune.files import safeio
 from dltune.probes.runner import CommandRunner
 from dltune.probes.watchdog import Deadline
 from dltune.snapshot import DcgmDiag, DcgmDiscovery, DcgmGpu, DcgmTest

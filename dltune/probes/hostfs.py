@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from dltune.safeio import read_regular
+from dltune.files.safeio import read_regular
 
 # The kernel gives up after 40 links in one lookup (ELOOP); so does resolve().
 MAX_LINKS = 40
@@ -23,7 +23,7 @@ class HostFS:
     def read_bytes(self, host_path: str, max_bytes: int | None = None) -> bytes:
         """Every read of a host file goes through here: regular files only, so a FIFO, a socket or a
         device under the root (a fixture tree anyone could write) never blocks the audit; they raise
-        ``OSError`` like any file that cannot be read (see dltune.safeio.read_regular)."""
+        ``OSError`` like any file that cannot be read (see dltune.files.safeio.read_regular)."""
         return read_regular(self.path(host_path), max_bytes)
 
     def read_text(self, host_path: str) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dltune import safeio
-from dltune.ledger import ENTRY_SCHEMA, LEDGER_SUBDIR
+from dltune.costs.ledger import ENTRY_SCHEMA, LEDGER_SUBDIR
+from dltune.files import safeio
 from dltune.probes.hostfs import HostFS
 from dltune.schema import Field, of, optional, validate
 from dltune.snapshot import MANIFEST_DIR
@@ -155,7 +155,7 @@ def read_manifest(fs: HostFS) -> tuple[dict[str, Mapping[str, Any]], dict[str, s
 
 
 def read_ledger(fs: HostFS) -> tuple[tuple[Mapping[str, Any], ...], dict[str, str]]:
-    """The tuning ledger's entries beside the manifests (``ledger/<role>.json``, dltune.ledger), and the
+    """The tuning ledger's entries beside the manifests (``ledger/<role>.json``, dltune.costs.ledger), and the
     problem of each file that cannot be used; a site run between its phases (``*.before.json``) has
     none yet."""
     where_dir = f"{MANIFEST_DIR}/{LEDGER_SUBDIR}"

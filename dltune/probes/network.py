@@ -7,7 +7,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 
-from dltune import safeio
+from dltune.files import safeio
 from dltune.probes.runner import CommandRunner
 from dltune.snapshot import Responsiveness, RouteChoice
 

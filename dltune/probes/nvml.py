@@ -64,7 +64,7 @@ def probe_nvml_in_child(timeout: float = NVML_TIMEOUT_S, deadline: Deadline | No
         if deadline and deadline.expired():
             deadline.missed["nvml"] = f"NVML (driver and gpu areas): no answer within {limit:.0f} s"
         return NvmlState(False, f"NVML did not answer in {limit:.0f} s", hung=True)
-    from dltune import safeio
+    from dltune.files import safeio
 
     try:
         return _from_json(safeio.loads(done.stdout))

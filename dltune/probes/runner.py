@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dltune import safeio
+from dltune.files import safeio
 from dltune.model import InputError
 from dltune.probes.watchdog import run_child
 from dltune.schema import of, optional, validate

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from dltune.compat import UnsupportedPython, require_tar_data_filter
+from dltune.staging.compat import UnsupportedPython, require_tar_data_filter
 from dltune.staging.copy import Progress, filled_up, is_complete, replacement, sha256_file, write_all
 from dltune.staging.model import UNLIMITED, Entry, StageError, Throttle
 

@@ -36,8 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dltune import safeio
-from dltune.dirfd import UnsafeEntry, derived_name, expect_own, lstat_at, open_own_file, opened_dir_checked
+from dltune.files import safeio
+from dltune.files.dirfd import (
+    UnsafeEntry,
+    derived_name,
+    expect_own,
+    lstat_at,
+    open_own_file,
+    opened_dir_checked,
+)
 from dltune.staging.copy import sha256_file
 from dltune.staging.destination import Destination, check_name
 from dltune.staging.model import ARCHIVE_SUFFIXES, Entry, StageError, Summary, is_archive, staged_name

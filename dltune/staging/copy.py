@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from dltune.dirfd import (
+from dltune.files.dirfd import (
     UnsafeEntry,
     derived_name,
     expect_own,

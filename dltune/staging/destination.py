@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dltune.dirfd import (
+from dltune.files.dirfd import (
     UnsafeEntry,
     derived_name,
     expect_own,
@@ -23,7 +23,7 @@ from dltune.dirfd import (
     opened_dir,
     read_own_file,
     remove_at,
-    write_file_atomically,
+    write_atomically_at,
 )
 from dltune.probes.mounts import unescape
 from dltune.staging.model import StageError
@@ -256,7 +256,7 @@ class Destination:
     def write(self, entry: str, record: dict[str, Any]) -> None:
         data = (json.dumps(record, sort_keys=True) + "\n").encode()
         try:
-            write_file_atomically(self.fd, entry, data, self.shown(entry))
+            write_atomically_at(self.fd, entry, data, self.shown(entry))
         except UnsafeEntry as exc:
             raise StageError(str(exc)) from exc
         except OSError as exc:

@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dltune.dirfd import (
+from dltune.files.dirfd import (
     UnsafeEntry,
     derived_name,
     opened_dir_checked,
     read_own_file,
     remove_at,
-    write_file_atomically,
+    write_atomically_at,
 )
 from dltune.staging.model import Entry, StageError
 
@@ -71,7 +71,7 @@ def write_record(path: Path, record: dict[str, Any]) -> None:
     data = (json.dumps(record, sort_keys=True) + "\n").encode()
     try:
         with opened_dir_checked(str(path.parent)) as parent:
-            write_file_atomically(parent, path.name, data, str(path))
+            write_atomically_at(parent, path.name, data, str(path))
     except UnsafeEntry as exc:
         raise StageError(str(exc)) from exc
     except OSError as exc:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dltune.dirfd import (
+from dltune.files.dirfd import (
     UnsafeEntry,
     fd_path,
     open_own_dir,

@@ -2,9 +2,9 @@
 node_exporters (Debian's packages) that read textfiles written by real dltune runs. Two nodes are real
 `dltune audit` runs, one healthy and one with a lost GPU (only the GPUs are fake, at NVML:
 tests/fakenvml, the scenarios in tests/fixtures/nvml/). Seven more are the Slurm health check's
-textfiles, run after run: dltune.slurm_health.apply_and_report drains and resumes each node in
+textfiles, run after run: dltune.fleet.slurm_health.apply_and_report drains and resumes each node in
 slurmctld's node table behind `scontrol` (the FakeSlurm of tests/unit/test_slurm_health.py; Slurm itself
-runs that path in the lab, tests/integration/test_site_lab.py) and dltune.prometheus.render_prometheus
+runs that path in the lab, tests/integration/test_site_lab.py) and dltune.outputs.prometheus.render_prometheus
 writes its report: a node drained for gpu.ecc and resumed three times, five nodes failing nfs.responsive
 at once (pending a drain: the debounce), one of them in observe, and a node whose ECC finding an
 operator acknowledged until 12 hours from now. Prometheus is served those textfiles in the order of the
@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from dltune import acks
-from dltune.commands.audit import HealthProfile
+from dltune.commands.options import HealthProfile
+from dltune.fleet import acks
 from dltune.model import Result, Status
 from tests.conftest import REPO_ROOT
 from tests.integration.test_fake_nvml import fake_nvml_dir, scenario_env  # noqa: F401 (a fixture)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dltune.cluster import load, render_html
+from dltune.fleet.cluster import load, render_html
 from dltune.model import AREAS
 
 SCREEN_WIDTH = 1400

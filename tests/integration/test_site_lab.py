@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dltune.slurm_health import parse_node
+from dltune.fleet.slurm_health import parse_node
 from tests.conftest import REPO_ROOT
 from tests.integration.test_prometheus_live import alerts_and_panels, assert_fires_for_only, needed
 from tests.integration.test_readme_commands import admin_env, run_install_block

@@ -1,4 +1,4 @@
-"""Operators' acknowledgements (dltune.acks, `dltune ack`): what they change in a result, when they end,
+"""Operators' acknowledgements (dltune.fleet.acks, `dltune ack`): what they change in a result, when they end,
 which files are trusted, and what the audit, the metrics and the health check make of them."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dltune import acks
 from dltune.cli import app, run
+from dltune.fleet import acks
+from dltune.fleet.slurm_health import Policy, apply
 from dltune.model import InputError, Result, Status
-from dltune.prometheus import render_prometheus
-from dltune.slurm_health import Policy, apply
+from dltune.outputs.prometheus import render_prometheus
 from tests.unit.test_slurm_health import FakeSlurm
 
 NOW = 1.9e9
@@ -210,7 +210,7 @@ def test_dltune_ack_records_lists_and_clears_and_refuses_bad_input_before_writin
 def test_the_audit_applies_the_nodes_acknowledgements_and_warns_about_an_untrusted_file(
     tmp_path: Path,
 ) -> None:
-    from dltune.commands.audit import acknowledged
+    from dltune.commands.node import acknowledged
 
     (tmp_path / "etc" / "dltune").mkdir(parents=True)
     acks.save(str(tmp_path / "etc" / "dltune" / "acks.json"), [RMA])

@@ -20,11 +20,12 @@ from unittest import mock
 import pytest
 import yaml
 
-from dltune import acks
-from dltune.commands.audit import HealthProfile, drain_policy
+from dltune.commands.node import drain_policy
+from dltune.commands.options import HealthProfile
+from dltune.fleet import acks
+from dltune.fleet.slurm_health import apply_and_report
 from dltune.model import Result, Status
-from dltune.prometheus import render_prometheus
-from dltune.slurm_health import apply_and_report
+from dltune.outputs.prometheus import render_prometheus
 from tests.conftest import REPO_ROOT
 from tests.unit.test_slurm_health import FakeSlurm
 
@@ -51,15 +52,15 @@ def health_textfiles(
     """The node's Prometheus textfile after each of its health-check runs, one run every ``every``
     seconds from ``start``: `dltune healthcheck`'s path from the audit's results on, with the role's
     defaults (drain limit 10%, flap damping 3 in 24 h, debounce 3 for transient checks, recovery 3 runs
-    in 15 min). The node's acknowledgements apply (dltune.acks.apply), dltune.slurm_health.
+    in 15 min). The node's acknowledgements apply (dltune.fleet.acks.apply), dltune.fleet.slurm_health.
     apply_and_report drains and resumes it in slurmctld's node table behind `scontrol` (FakeSlurm, a
     partition of 30 nodes: Slurm itself runs this path in the lab, tests/integration/test_site_lab.py)
-    and keeps its history file, and dltune.prometheus.render_prometheus writes the run's report."""
+    and keeps its history file, and dltune.outputs.prometheus.render_prometheus writes the run's report."""
     slurm = FakeSlurm({f"gpu{i:02d}": ("IDLE", "gpu", "") for i in range(1, 31)})
     policy = drain_policy("10%", 3, 24, profile)
     textfiles = []
     # The recheck after a drain waits a second for nodes deciding at the same moment: none here.
-    with mock.patch("dltune.slurm_health.RECHECK_DELAY_S", 0.0):
+    with mock.patch("dltune.fleet.slurm_health.RECHECK_DELAY_S", 0.0):
         for index, results in enumerate(runs):
             now = start + index * every
             shown = acks.apply(results, acknowledgements, now)

@@ -18,7 +18,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from dltune.cli import app
-from dltune.cluster import (
+from dltune.fleet.cluster import (
     NodeReport,
     bench_charts,
     firmware_outliers,
@@ -27,7 +27,7 @@ from dltune.cluster import (
     render_html,
     render_summary,
 )
-from dltune.report import STATUS_COLOUR
+from dltune.outputs.report import STATUS_COLOUR
 from tests.fuzzing import FUZZ
 
 NOW = datetime.now(timezone.utc)
@@ -356,7 +356,7 @@ def test_nodes_whose_gpu_firmware_differs_from_the_clusters_are_named(tmp_path: 
 
 
 def test_one_firmware_everywhere_or_no_majority() -> None:
-    from dltune.cluster import NodeReport
+    from dltune.fleet.cluster import NodeReport
 
     same = [NodeReport(f"n{i}", [firmware_result("96.00.99.00.01")]) for i in range(3)]
     assert firmware_outliers(same) == {}

@@ -1,5 +1,5 @@
 """`dltune report` names a GPU whose bench figure is far below the median of the same figure over every
-GPU of its model in the fleet (dltune.cluster.behind_the_fleet): what a node's comparison of its own
+GPU of its model in the fleet (dltune.fleet.cluster.behind_the_fleet): what a node's comparison of its own
 GPUs cannot see (the whole node slow). The fleet here is built from real bench envelopes of an H200
 and an H100 (tests/fixtures/real/bench/, dltune's runs of 2026-11-26), copied to more hosts with their
 figures scaled: the judgement's input is what a real run writes."""
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from dltune import cluster
-from dltune.cluster import (
+from dltune.fleet import cluster
+from dltune.fleet.cluster import (
     FLEET_BEHIND,
     FLEET_MIN_NODES,
     behind_the_fleet,

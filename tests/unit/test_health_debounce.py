@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from dltune.checks import failure_classes
-from dltune.commands.audit import HealthProfile, drain_policy
+from dltune.commands.node import drain_policy
+from dltune.commands.options import HealthProfile
+from dltune.fleet.slurm_health import Policy, apply_and_report, debounce
 from dltune.health_state import History, Profile
 from dltune.model import FailureClass, Result, Status
-from dltune.slurm_health import Policy, apply_and_report, debounce
 from tests.unit.test_slurm_health import ECC_FAIL, HEALTHY, FakeSlurm
 
 CLOCKS_FAIL = [Result("gpu.clocks", Status.FAIL, "clocks held down by hardware", "0", critical=True)]
@@ -26,7 +27,7 @@ RUN = 300.0  # slurm_healthcheck_interval's default
 
 @pytest.fixture(autouse=True)
 def no_recheck_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dltune.slurm_health.RECHECK_DELAY_S", 0.0)
+    monkeypatch.setattr("dltune.fleet.slurm_health.RECHECK_DELAY_S", 0.0)
 
 
 def policy(profile: Profile = Profile.DRAIN, transient_runs: int = 3, **more: object) -> Policy:
@@ -223,7 +224,7 @@ def test_the_health_checks_series_say_its_profile_pending_runs_recovery_and_coun
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from dltune.prometheus import render_prometheus
+    from dltune.outputs.prometheus import render_prometheus
 
     def series(results: list[Result]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         text = render_prometheus(results, datetime.fromtimestamp(node.now, timezone.utc), None, node.report)
@@ -266,7 +267,7 @@ def test_the_health_series_go_to_a_file_of_their_own_that_the_audit_timer_never_
 ) -> None:
     """The timer's `dltune audit --textfile-dir` rewrites dltune.prom every 15 minutes: the health
     check's series live in dltune-health.prom, so they do not vanish between two health-check runs."""
-    from dltune.commands.audit import HEALTH_TEXTFILE, write_node_outputs
+    from dltune.commands.node import HEALTH_TEXTFILE, write_node_outputs
 
     node = Node(tmp_path, policy())
     node.run(ECC_FAIL)

@@ -31,10 +31,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dltune import cli, cluster, safeio
+from dltune import cli
 from dltune.checks.fabric import _gts, _kernel_at_least
-from dltune.commands import Number
-from dltune.compat import UnsupportedPython, require_tar_data_filter
+from dltune.commands.options import Number
+from dltune.files import safeio
+from dltune.fleet import cluster
 from dltune.model import AREAS, InputError
 from dltune.probes.dcgm import parse_dcgm_diag
 from dltune.probes.fabric import parse_aer, parse_rate, ports_from_values, read_fabric
@@ -44,6 +45,7 @@ from dltune.probes.mounts import parse_fstab
 from dltune.probes.network import route_to
 from dltune.probes.nvrm import parse_nvrm
 from dltune.probes.runner import RecordedRunner
+from dltune.staging.compat import UnsupportedPython, require_tar_data_filter
 from dltune.text import decimal
 from tests.conftest import FIXTURES, REPO_ROOT
 from tests.unit.test_stage import nobody_can_run_dltune
@@ -607,12 +609,12 @@ def test_an_output_file_that_cannot_be_written_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The disk filled up between the check and the write: one whole line, however long the path."""
-    import dltune.report
+    import dltune.files.dirfd
 
     def full(path: Any, text: str, mode: int = 0o644) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(dltune.report, "write_atomically", full)
+    monkeypatch.setattr(dltune.files.dirfd, "write_atomically", full)
     facts = tmp_path / ("a-long-directory-name-" * 4) / "dltune.fact"
     facts.parent.mkdir()
     code, _out, err = run_cli(

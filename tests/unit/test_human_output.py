@@ -13,10 +13,10 @@ from rich.console import Console
 
 from dltune.bench.judge import bench_gate
 from dltune.checks import run_checks
-from dltune.cluster import load, render_summary
+from dltune.fleet.cluster import load, render_summary
 from dltune.model import Result, Status
+from dltune.outputs.report import STATUS_ORDER, render_human
 from dltune.probes import collect_snapshot
-from dltune.report import STATUS_ORDER, render_human
 from tests.conftest import FIXTURES
 
 WIDTH = 100

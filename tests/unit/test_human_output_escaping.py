@@ -8,7 +8,7 @@ but dltune's own newlines, no C1 control and no format character (Unicode Cf: th
 
 The rule is dltune.text.visible, applied where a result or a node report becomes output and by the
 line writers (error_line, output_line); every rich console dltune makes escapes again at its sink
-(dltune.report.HumanConsole, dltune.text.terminal_safe). `test_every_human_writer_is_one_of_the_
+(dltune.outputs.report.HumanConsole, dltune.text.terminal_safe). `test_every_human_writer_is_one_of_the_
 escaping_ones` keeps new code on those writers."""
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from rich.text import Text
 # dltune.staging is imported here, before any test: its import reads the host's mount table once
 # (dltune.staging.room.HOST), which the unit tests' guard refuses inside a test.
 from dltune import cli, staging  # noqa: F401
-from dltune.commands import VisibleLogFormatter
+from dltune.commands.output import VisibleLogFormatter
 from dltune.model import DltuneError, Result, Status
+from dltune.outputs.report import HumanConsole, console, render_human
 from dltune.probes.runner import RecordedRunner
-from dltune.report import HumanConsole, console, render_human
 from dltune.snapshot import Snapshot
 from dltune.text import terminal_safe, unescape, visible
 from tests.conftest import REPO_ROOT
@@ -506,7 +506,7 @@ def test_the_health_check_line_escapes_slurm_s_node_reason(
     answer = (Snapshot(root="/"), results, "gpu7")
     monkeypatch.setattr(f"dltune.commands.{command}.audit_results", lambda *_a, **_k: answer)
     monkeypatch.setattr("dltune.probes.runner.SubprocessRunner", _slurm(reason, fails))
-    monkeypatch.setattr("dltune.slurm_health.RECHECK_DELAY_S", 0.0)
+    monkeypatch.setattr("dltune.fleet.slurm_health.RECHECK_DELAY_S", 0.0)
     extra = ["--slurm-drain", "--format", "json"] if command == "audit" else []
     history = str(fresh_dir(tmp_path) / "history")
     code, out, err = run_cli(capsysbinary, command, *extra, "--slurm-node", "gpu7", "--history-file", history)
@@ -578,8 +578,8 @@ ALLOWED_WRITES = {
     ("dltune/cli.py", 'typer.echo(f"dltune {dltune.__version__}")'),
     ("dltune/cli.py", "typer.echo(dltune.__version__)"),
     ("dltune/commands/ack.py", "sys.stdout.write(json.dumps("),  # JSON lines: ASCII, escaped by json
-    ("dltune/commands/__init__.py", 'sys.stderr.write(visible(text) + "\\n")'),
-    ("dltune/commands/__init__.py", 'sys.stdout.write(visible(text) + "\\n")'),
+    ("dltune/commands/output.py", 'sys.stderr.write(visible(text) + "\\n")'),
+    ("dltune/commands/output.py", 'sys.stdout.write(visible(text) + "\\n")'),
     ("dltune/commands/audit.py", "sys.stdout.write(expectations_yaml(root, host_name(root)))"),
     ("dltune/commands/audit.py", "sys.stdout.write(render_json(results, host, now))"),
     ("dltune/commands/audit.py", "sys.stdout.write(render_prometheus(results, now))"),
@@ -593,7 +593,7 @@ _WRITER = re.compile(r"(?:typer\.echo|click\.echo|print|sys\.std(?:out|err)(?:\.
 
 
 def test_every_human_writer_is_one_of_the_escaping_ones() -> None:
-    """Human output goes through dltune.report.console (escaped at the sink) or error_line/output_line
+    """Human output goes through dltune.outputs.report.console (escaped at the sink) or error_line/output_line
     (escaped whole): no other rich Console is made, and every other write to stdout or stderr is one
     of the machine outputs above."""
     consoles, unexpected = [], []
@@ -604,7 +604,7 @@ def test_every_human_writer_is_one_of_the_escaping_ones() -> None:
             if not isinstance(node, ast.Call):
                 continue
             called = ast.unparse(node.func)
-            if called in ("Console", "rich.console.Console") and relative != "dltune/report.py":
+            if called in ("Console", "rich.console.Console") and relative != "dltune/outputs/report.py":
                 consoles.append(f"{relative}:{node.lineno}")
             if _WRITER.fullmatch(called):
                 call = (ast.get_source_segment(source, node) or "").splitlines()[0].strip()
@@ -614,7 +614,9 @@ def test_every_human_writer_is_one_of_the_escaping_ones() -> None:
                     unexpected.append(f"{relative}:{node.lineno}: {call}")
     assert consoles == []
     assert unexpected == []
-    assert "return HumanConsole(" in (REPO_ROOT / "dltune/report.py").read_text()  # the one console maker
+    assert (
+        "return HumanConsole(" in (REPO_ROOT / "dltune/outputs/report.py").read_text()
+    )  # the one console maker
 
 
 def test_the_one_console_is_the_escaping_one() -> None:

@@ -1,4 +1,4 @@
-"""dltune.impact: each finding's price from the figures of the same run, at each method's boundary."""
+"""dltune.costs.impact: each finding's price from the figures of the same run, at each method's boundary."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from dltune.bench import io_cost
-from dltune.cluster import NodeReport, check_costs, fleet_priced, render_html, render_summary
-from dltune.impact import (
+from dltune.costs.impact import (
     ONE_CONNECTION_SHARE,
     IoCost,
     Node,
@@ -22,8 +21,9 @@ from dltune.impact import (
     node_loss,
     price,
 )
+from dltune.fleet.cluster import NodeReport, check_costs, fleet_priced, render_html, render_summary
 from dltune.model import Result, Status
-from dltune.prometheus import render_prometheus
+from dltune.outputs.prometheus import render_prometheus
 
 UUID = "GPU-3b0c6a1e-0000-0000-0000-000000000001"
 

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from dltune.checks.system import tuning_ledger
 from dltune.cli import app
-from dltune.cluster import NodeReport
-from dltune.cluster import tuning_ledger as fleet_ledger
-from dltune.ledger import GAIN, LOSS, NOT_BEFORE, WITHIN_NOISE, compare, said
+from dltune.costs.ledger import GAIN, LOSS, NOT_BEFORE, WITHIN_NOISE, compare, said
+from dltune.fleet.cluster import NodeReport
+from dltune.fleet.cluster import tuning_ledger as fleet_ledger
 from dltune.model import Status
 from dltune.probes.hostfs import HostFS
 from dltune.probes.manifest import read_ledger

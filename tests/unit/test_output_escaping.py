@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from dltune.cli import app
 from dltune.model import Result, Status
+from dltune.outputs.report import console, render_human
 from dltune.probes.mountstats import parse_mountstats
 from dltune.probes.storage import meminfo_kb
-from dltune.report import console, render_human
 from dltune.text import unescape, visible
 from tests.conftest import FIXTURES
 

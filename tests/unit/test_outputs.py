@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from dltune import __version__
 from dltune.cli import app
 from dltune.model import Result, Status
-from dltune.prometheus import last_success_of, render_prometheus
+from dltune.outputs.prometheus import last_success_of, render_prometheus
 from dltune.text import unescape
 from tests.conftest import FIXTURES, REPO_ROOT
 
@@ -222,7 +222,7 @@ def test_the_human_table_groups_thousands_of_one_finding_and_json_keeps_each() -
     from rich.console import Console
 
     from dltune.model import Result, Status
-    from dltune.report import render_human, render_json
+    from dltune.outputs.report import render_human, render_json
 
     results = [
         Result("storage.data_noatime", Status.WARN, f"/b/{i} (ext4) is mounted relatime", subject=f"/b/{i}")
@@ -265,7 +265,7 @@ REAL_PROMETHEUS = FIXTURES / "real" / "prometheus"
 def test_a_gpu_result_carries_the_labels_dcgm_exporter_gives_that_gpu(sample: Path) -> None:
     """Real dcgm-exporter output: for each GPU it names, a dltune result about that GPU (subject
     "<index>:<UUID>") gets exactly its `gpu` and `UUID` label values, so `on(gpu, UUID)` joins them."""
-    from dltune.prometheus import entity_labels
+    from dltune.outputs.prometheus import entity_labels
     from tests.real_corpus import load
 
     seen = set()

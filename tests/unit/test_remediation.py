@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from dltune.checks.gpu import xid
+from dltune.fleet.remediation import REAPPLIED_ROLES, remedy_for
 from dltune.model import Result, Status
 from dltune.probes.packages import kernel_log_of
-from dltune.remediation import REAPPLIED_ROLES, remedy_for
 from dltune.snapshot import Snapshot
 from tests.real_corpus import CORPUS, load
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dltune.slurm_health import History, load_history, save_history
+from dltune.fleet.slurm_health import History, load_history, save_history
 from tests.unit.test_hostile_inputs import FIXTURES, envelope, one_line, result, run_child
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's files needs root")

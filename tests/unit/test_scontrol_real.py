@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from dltune.slurm_health import parse_nodes
+from dltune.fleet.slurm_health import parse_nodes
 from tests.real_corpus import Sample, samples
 
 SAMPLES = samples("scontrol_show_node")

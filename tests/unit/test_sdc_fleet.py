@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from dltune import cluster
 from dltune.bench import measure
 from dltune.bench.judge import SdcRun, judge_sdc
-from dltune.cluster import SDC_NONE, merged_json, render_html, render_summary, sdc_outliers
-from dltune.report import render_json
+from dltune.fleet import cluster
+from dltune.fleet.cluster import SDC_NONE, merged_json, render_html, render_summary, sdc_outliers
+from dltune.outputs.report import render_json
 
 torch = pytest.importorskip("torch")
 

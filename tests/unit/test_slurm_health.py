@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dltune.model import Result, Status
-from dltune.probes.runner import CommandResult, RecordedRunner
-from dltune.slurm_health import (
+from dltune.fleet.slurm_health import (
     CLOCK_SLACK_S,
     DrainLimit,
     Policy,
@@ -20,6 +18,8 @@ from dltune.slurm_health import (
     parse_nodes,
     record_resume,
 )
+from dltune.model import Result, Status
+from dltune.probes.runner import CommandResult, RecordedRunner
 
 SHOWN = (
     "NodeName=slurm-node Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 State=IDLE+DRAIN ThreadsPerCore=1 "
@@ -90,7 +90,7 @@ def test_a_node_someone_else_took_out_is_never_touched(state: str, reason: str) 
 
 @pytest.fixture(autouse=True)
 def no_recheck_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dltune.slurm_health.RECHECK_DELAY_S", 0.0)
+    monkeypatch.setattr("dltune.fleet.slurm_health.RECHECK_DELAY_S", 0.0)
 
 
 class FakeSlurm:

@@ -15,10 +15,8 @@ from typing import Any
 
 import pytest
 
-from dltune import slurm_health
-from dltune.model import DltuneError, Result, Status
-from dltune.probes.runner import CommandResult
-from dltune.slurm_health import (
+from dltune.fleet import slurm_health
+from dltune.fleet.slurm_health import (
     Decision,
     DrainLimit,
     History,
@@ -34,6 +32,8 @@ from dltune.slurm_health import (
     parse_nodes,
     save_history,
 )
+from dltune.model import DltuneError, Result, Status
+from dltune.probes.runner import CommandResult
 from tests.real_corpus import samples
 from tests.unit.test_slurm_health import ECC_FAIL, HEALTHY, NFS_FAIL, FakeSlurm, cluster_of, health
 
@@ -48,7 +48,7 @@ REMEDY = (
 
 @pytest.fixture(autouse=True)
 def no_recheck_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dltune.slurm_health.RECHECK_DELAY_S", 0.0)
+    monkeypatch.setattr("dltune.fleet.slurm_health.RECHECK_DELAY_S", 0.0)
 
 
 def state(
@@ -432,7 +432,7 @@ def test_every_scontrol_call_is_given_dltunes_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The timeout is SCONTROL_TIMEOUT_S, passed on each call (never the runner's own default)."""
-    monkeypatch.setattr("dltune.slurm_health.SCONTROL_TIMEOUT_S", 2.5)
+    monkeypatch.setattr("dltune.fleet.slurm_health.SCONTROL_TIMEOUT_S", 2.5)
     slurm = TimedSlurm({f"gpu{i:02d}": ("IDLE", "gpu", "") for i in range(1, 31)})
     health(slurm, "gpu01", ECC_FAIL, tmp_path)  # show node, show all, drain, show all (the recheck)
     health(slurm, "gpu01", HEALTHY, tmp_path)  # show node, resume

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from dltune.fleet.slurm_health import NODE_NAME, checked_node_name
 from dltune.model import InputError
-from dltune.slurm_health import NODE_NAME, checked_node_name
 from tests.unit.test_hostile_inputs import one_line, run_child
 
 HOSTILE = ["n[1-4]", "a,b", "n1 n2", "n1\tn2", "-n1", "n1\n", "", "n\u00e91", "n[1-4],gpu[01-99]", "ALL"[:0]]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dltune.slurm_health import STATE_WORDS, History, NodeState, Policy, Touch, decide
+from dltune.fleet.slurm_health import STATE_WORDS, History, NodeState, Policy, Touch, decide
 from tests.unit.test_slurm_health import ECC_FAIL, HEALTHY, FakeSlurm, health
 
 NOW = 1.9e9

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
+from dltune.fleet.slurm_health import History, Policy, apply, decide, parse_nodes
 from dltune.probes.runner import CommandResult
-from dltune.slurm_health import History, Policy, apply, decide, parse_nodes
 from tests.real_corpus import Sample, samples
 from tests.unit.test_scontrol_real import expected
 from tests.unit.test_slurm_health import ECC_FAIL, HEALTHY
@@ -28,7 +28,7 @@ CASES = [
 
 @pytest.fixture(autouse=True)
 def no_recheck_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dltune.slurm_health.RECHECK_DELAY_S", 0.0)
+    monkeypatch.setattr("dltune.fleet.slurm_health.RECHECK_DELAY_S", 0.0)
 
 
 def records(body: str) -> dict[str, str]:

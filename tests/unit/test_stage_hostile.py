@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dltune import staging
-from dltune.dirfd import NAME_MAX, derived_name, remove_at, walk_below
+from dltune.files.dirfd import NAME_MAX, derived_name, remove_at, walk_below
 from dltune.staging import StageError
 from tests.unit.test_stage import (
     TREES,

@@ -20,7 +20,7 @@ import pytest
 from dltune import staging
 from dltune.bench.measure import BenchError
 from dltune.bench.run import slurm_step
-from dltune.dirfd import NAME_MAX, derived_name, remove_at
+from dltune.files.dirfd import NAME_MAX, derived_name, remove_at
 from dltune.staging import StageError
 from dltune.staging import broadcast as stage_broadcast
 from tests.unit.test_stage import make_dataset, tree_state

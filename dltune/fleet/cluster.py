@@ -21,13 +21,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dltune import SCHEMA_VERSION, __version__, safeio
+from dltune import SCHEMA_VERSION, __version__
+from dltune.files import safeio
 from dltune.model import AREAS, Status
-from dltune.report import STATUS_COLOUR, STATUS_STYLE, status_rank, worst
+from dltune.outputs.report import STATUS_COLOUR, STATUS_STYLE, status_rank, worst
 from dltune.schema import of, optional, validate
 from dltune.text import visible, visible_data
 
-# A finding's price (dltune.impact): a node's file is anyone's JSON, so the figures the fleet adds up
+# A finding's price (dltune.costs.impact): a node's file is anyone's JSON, so the figures the fleet adds up
 # are bounded (a node of at most MAX_NODE_GPUS GPUs loses at most all their hours).
 MAX_NODE_GPUS = 1024
 IMPACT_SCHEMA = of(
@@ -972,7 +973,7 @@ def previous_counters(file: Path) -> tuple[dict[str, dict[str, int]], str | None
     return found, None
 
 
-# What costs the fleet most: each node's priced findings (dltune.impact) added up by check, a node's
+# What costs the fleet most: each node's priced findings (dltune.costs.impact) added up by check, a node's
 # one loss counted once (its scope at its largest price, attributed to the check that priced it so), a
 # node out of scheduling counted as all its GPUs. Clock-class findings a node could not price (no
 # matmul of that GPU on the node: the bench ran on the CPU, or not on that GPU) are priced here against
@@ -1020,7 +1021,7 @@ def _median(values: Sequence[float]) -> float:
 
 def fleet_priced(nodes: Sequence[NodeReport]) -> list[NodeReport]:
     """The nodes with their unpriced clock-class findings priced against the fleet's matmul figure."""
-    from dltune.impact import CLOCK_CLASS, MEASURED, PRICING_DTYPES, priced, uuid_of
+    from dltune.costs.impact import CLOCK_CLASS, MEASURED, PRICING_DTYPES, priced, uuid_of
 
     usable = [n for n in nodes if not n.problem and not n.stale]
     figures = {id(n): _matmul_figures(n.results) for n in usable}
@@ -1069,7 +1070,7 @@ def fleet_priced(nodes: Sequence[NodeReport]) -> list[NodeReport]:
 def check_costs(nodes: Sequence[NodeReport]) -> tuple[list[CheckCost], list[tuple[str, str, list[str]]]]:
     """The checks by GPU-hours a day lost across the fleet, most first; and the findings no method
     priced, by severity then by how many nodes have them (rollup's order)."""
-    from dltune.impact import ESTIMATED, MEASURED
+    from dltune.costs.impact import ESTIMATED, MEASURED
 
     hours: dict[str, float] = {}
     hosts: dict[str, set[str]] = {}
@@ -1137,7 +1138,7 @@ class LedgerLine:
 
 def tuning_ledger(nodes: Sequence[NodeReport]) -> list[LedgerLine]:
     """Each role's effect over the nodes whose audit reports a tuning ledger (system.tuning_ledger)."""
-    from dltune.ledger import NOT_BEFORE, WITHIN_NOISE
+    from dltune.costs.ledger import NOT_BEFORE, WITHIN_NOISE
 
     found: dict[tuple[str, str], tuple[list[float], list[int]]] = {}
     for node in nodes:

@@ -3,9 +3,7 @@ renders the fleet). Results go to stdout, logs to stderr."""
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -230,7 +228,7 @@ def cost_text(impact: Mapping[str, Any]) -> str:
     )
 
 
-# --- Ansible local facts (the Prometheus textfile: dltune.prometheus) -----------------------------------
+# --- Ansible local facts (the Prometheus textfile: dltune.outputs.prometheus) ------------------------------
 
 
 def render_facts(
@@ -250,15 +248,3 @@ def render_facts(
         "tuned": passing and bool(roles_applied),
     }
     return json.dumps(doc, indent=2) + "\n"
-
-
-def write_atomically(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
-    """Readers (node_exporter, Ansible) never see a half-written file: a sibling renamed over it. Run as
-    root (the timer, Slurm's health check) nothing another user made on the way is followed or
-    replaced (dltune.dirfd.replace_file): that is an OSError whose text names it."""
-    from dltune.dirfd import UnsafeEntry, replace_file
-
-    try:
-        replace_file(os.fspath(path), text.encode("utf-8"), mode)
-    except UnsafeEntry as exc:
-        raise PermissionError(errno.EPERM, str(exc), os.fspath(path)) from exc

@@ -127,9 +127,29 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def write_file_atomically(parent: int, name: str, data: bytes, shown: str) -> None:
-    """`name` replaced by `data` through an exclusive temporary beside it (a planted temporary is
-    refused, never written through)."""
+def _write_then_rename(
+    parent: int, temporary: str, name: str, fd: int, data: bytes, mode: int | None
+) -> None:
+    """The one atomic write: ``data`` into ``fd`` (the exclusive ``temporary``, already created), synced,
+    then renamed over ``name`` within ``parent``; on any failure the temporary is gone."""
+    try:
+        try:
+            _write_all(fd, data)
+            if mode is not None:
+                os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=parent)
+        raise
+
+
+def write_atomically_at(parent: int, name: str, data: bytes, shown: str) -> None:
+    """`name` in ``parent`` (a directory dltune made, as the user who made it) replaced by `data`
+    through an exclusive temporary beside it (a planted temporary is refused, never written through)."""
     existing = lstat_at(parent, name)
     if existing is not None:
         expect_own(existing, shown, stat.S_IFREG)
@@ -139,16 +159,7 @@ def write_file_atomically(parent: int, name: str, data: bytes, shown: str) -> No
         expect_own(stale, f"{shown}.tmp", stat.S_IFREG)
         os.unlink(temporary, dir_fd=parent)
     fd = open_own_file(parent, temporary, f"{shown}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(temporary, dir_fd=parent)
-        raise
-    os.close(fd)
-    os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+    _write_then_rename(parent, temporary, name, fd, data, None)
 
 
 @dataclass
@@ -409,30 +420,23 @@ def check_replaceable(parent: int, name: str, shown: str) -> None:
     _refuse_owner(existing, shown, "not replaced")
 
 
-def replace_file(path: str, data: bytes, mode: int = 0o644) -> None:
-    """``path`` replaced by ``data`` through a temporary beside it (O_EXCL, O_NOFOLLOW) renamed over
-    it within one open directory: readers never see half a file, and nothing on the way is a link or
-    directory another user made (open_parent, check_replaceable)."""
-    parent, name, shown = open_parent(path)
+def write_atomically(path: str | os.PathLike[str], data: str | bytes, mode: int = 0o644) -> None:
+    """``path`` replaced by ``data`` (text as UTF-8) through a temporary beside it (O_EXCL, O_NOFOLLOW)
+    renamed over it within one open directory: readers (node_exporter, Ansible, the next health check)
+    never see half a file. Run as root (the timer, Slurm's health check), nothing another user made on
+    the way is followed or replaced (open_parent, check_replaceable): that is a PermissionError whose
+    text names it, an OSError like the others a write can meet."""
+    shown_path = os.fspath(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
-        check_replaceable(parent, name, shown)
-        temporary = derived_name(f"{name}.{os.getpid()}.{os.urandom(4).hex()}", ".tmp", prefix=".dltune.")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=parent)  # fmt: skip
+        parent, name, shown = open_parent(shown_path)
         try:
-            _write_all(fd, data)
-            os.fchmod(fd, mode)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=parent)
-            raise
-        os.close(fd)
-        try:
-            os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=parent)
-            raise
-    finally:
-        os.close(parent)
+            check_replaceable(parent, name, shown)
+            temporary = derived_name(f"{name}.{os.getpid()}.{os.urandom(4).hex()}", ".tmp", prefix=".dltune.")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(temporary, flags, 0o600, dir_fd=parent)
+            _write_then_rename(parent, temporary, name, fd, payload, mode)
+        finally:
+            os.close(parent)
+    except UnsafeEntry as exc:
+        raise PermissionError(errno.EPERM, str(exc), shown_path) from exc

@@ -799,7 +799,7 @@ def load_history(path: str | None) -> tuple[History, str]:
     afresh: a broken history file must not keep a node drained or stop the health check)."""
     if path is None:
         return History(), ""
-    from dltune import safeio
+    from dltune.files import safeio
 
     try:
         st = os.lstat(path)
@@ -819,7 +819,7 @@ def save_history(path: str | None, history: History) -> None:
         return
     import json
 
-    from dltune.report import write_atomically
+    from dltune.files.dirfd import write_atomically
 
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, mode=0o700, exist_ok=True)

@@ -127,7 +127,7 @@ def load(path: str) -> tuple[list[Ack], str]:
     """The acknowledgements in ``path`` and a note when the file was not used ("" when used or absent).
     Used only when it is a regular file of root's (or of this user's: a fixture tree) that no one else
     may write, in a directory no one else may write: otherwise a user could silence a finding."""
-    from dltune import safeio
+    from dltune.files import safeio
 
     trusted = {0, os.geteuid()}
     try:
@@ -151,10 +151,10 @@ def load(path: str) -> tuple[list[Ack], str]:
 
 
 def save(path: str, acks: Sequence[Ack]) -> None:
-    """Written by rename (root-safe, dltune.report.write_atomically), 0644 in a 0755 directory."""
+    """Written by rename (root-safe, dltune.files.dirfd.write_atomically), 0644 in a 0755 directory."""
     import json
 
-    from dltune.report import write_atomically
+    from dltune.files.dirfd import write_atomically
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
     document = {"schema_version": 1, "acks": [ack.to_json() for ack in acks]}

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from dltune import SCHEMA_VERSION, __version__
-from dltune.impact import node_loss
+from dltune.costs.impact import node_loss
 from dltune.model import Result, Status
 
 if TYPE_CHECKING:
@@ -259,8 +259,8 @@ def render_prometheus(
     )
     lines += _family(
         "dltune_finding_lost_gpu_seconds_per_day",
-        "What a finding costs: GPU-seconds a day lost at the node's use (GPU-hours x 3600; dltune.impact; "
-        "basis measured or estimated, of: what the lost fraction is of).",
+        "What a finding costs: GPU-seconds a day lost at the node's use (GPU-hours x 3600; "
+        "dltune.costs.impact; basis measured or estimated, of: what the lost fraction is of).",
         costs,
     )
     lines += _family(
