@@ -9,27 +9,19 @@ only under ``dltune --debug`` or ``DLTUNE_DEBUG=1``. Never a raw traceback in a 
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import shutil
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 import dltune
-from dltune.commands.ack import ack
-from dltune.commands.audit import audit
-from dltune.commands.bench import bench
-from dltune.commands.check import check
-from dltune.commands.healthcheck import healthcheck
-from dltune.commands.ledger import ledger
 from dltune.commands.options import ClickException
 from dltune.commands.output import error_line
-from dltune.commands.remedy import remedy
-from dltune.commands.report import report
-from dltune.commands.stage import stage, stage_node
 from dltune.model import EXIT_FAIL, EXIT_USAGE_OR_ERROR, DltuneError
 
 DEBUG_ENV = "DLTUNE_DEBUG"
@@ -38,16 +30,54 @@ DEBUG_ENV = "DLTUNE_DEBUG"
 ERROR_EXIT = {"stage": EXIT_FAIL, "stage-node": EXIT_FAIL}
 _settings = {"debug": False}
 
-app = typer.Typer(
-    help="Audit and benchmark a deep-learning training node.",
-    no_args_is_help=True,
-    # --install-completion / --show-completion for bash, zsh and fish (typer's, through shellingham).
-    add_completion=True,
-    pretty_exceptions_enable=False,
-)
-for command in (audit, check, healthcheck, remedy, ack, stage, bench, report, ledger):
-    app.command()(command)
-app.command("stage-node", hidden=True)(stage_node)
+# The commands in the order the help lists them, each as (module, function): a module is imported only
+# when its command runs (or for the whole help). The health check runs `dltune audit` on every node
+# every few minutes; it should not load the fleet report, the bench or staging to do so.
+COMMANDS = {
+    "audit": ("dltune.commands.audit", "audit"),
+    "check": ("dltune.commands.check", "check"),
+    "healthcheck": ("dltune.commands.healthcheck", "healthcheck"),
+    "remedy": ("dltune.commands.remedy", "remedy"),
+    "ack": ("dltune.commands.ack", "ack"),
+    "stage": ("dltune.commands.stage", "stage"),
+    "bench": ("dltune.commands.bench", "bench"),
+    "report": ("dltune.commands.report", "report"),
+    "ledger": ("dltune.commands.ledger", "ledger"),
+}
+HIDDEN_COMMANDS = {"stage-node": ("dltune.commands.stage", "stage_node")}
+
+
+def _command_function(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(module), name)
+
+
+def build_app(command: str | None = None) -> typer.Typer:
+    """The CLI with the commands ``command`` needs: that one alone where it names one, else all of
+    them (the whole help, a misspelt name that the error should answer with the list)."""
+    cli = typer.Typer(
+        help="Audit and benchmark a deep-learning training node.",
+        no_args_is_help=True,
+        # --install-completion / --show-completion for bash, zsh and fish (typer's, through shellingham).
+        add_completion=True,
+        pretty_exceptions_enable=False,
+    )
+    cli.callback()(_global_options)
+    named = command in COMMANDS or command in HIDDEN_COMMANDS
+    for name, (module, function) in COMMANDS.items():
+        if not named or name == command:
+            cli.command(name)(_command_function(module, function))
+    for name, (module, function) in HIDDEN_COMMANDS.items():
+        if not named or name == command:
+            cli.command(name, hidden=True)(_command_function(module, function))
+    cli.command("version")(version)
+    return cli
+
+
+def __getattr__(name: str) -> Any:
+    """``dltune.cli.app``: the whole CLI (every command), for tests and documentation tools."""
+    if name == "app":
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _print_version(asked: bool) -> None:
@@ -56,7 +86,6 @@ def _print_version(asked: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _global_options(
     debug: Annotated[
         bool,
@@ -72,7 +101,6 @@ def _global_options(
     _settings["debug"] = _settings["debug"] or debug
 
 
-@app.command()
 def version() -> None:
     """Print dltune's version."""
     typer.echo(dltune.__version__)
@@ -112,7 +140,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     code = ERROR_EXIT.get(command or "", EXIT_USAGE_OR_ERROR)
     _settings["debug"] = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
-        result = app(args=args, prog_name="dltune", standalone_mode=False)
+        result = build_app(command)(args=args, prog_name="dltune", standalone_mode=False)
     except ClickException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # click 8.2+: typer has printed the help already
             return exc.exit_code

@@ -17,6 +17,24 @@ DRIVER_PACKAGE = re.compile(
     r"^(nvidia-|libnvidia-|linux-modules-nvidia-|linux-objects-nvidia-|linux-signatures-nvidia-"
     r"|xserver-xorg-video-nvidia-)"
 )
+# A field line that may name a driver package: only the stanzas holding one are parsed (a node's status
+# file has thousands of packages; splitting every one into fields cost the audit milliseconds).
+_CANDIDATE_LINE = re.compile(
+    r"^Package:[ \t]*(?:nvidia-|libnvidia-|linux-modules-nvidia-|linux-objects-nvidia-"
+    r"|linux-signatures-nvidia-|xserver-xorg-video-nvidia-)",
+    re.M,
+)
+
+
+def _candidate_stanzas(text: str) -> list[str]:
+    """The stanzas (separated by a blank line, as dpkg writes them) with a driver package's name line."""
+    stanzas: dict[int, str] = {}  # by where each starts: a stanza with two name lines is read once
+    for match in _CANDIDATE_LINE.finditer(text):
+        before = text.rfind("\n\n", 0, match.start())
+        start = before + 2 if before >= 0 else 0
+        end = text.find("\n\n", match.start())
+        stanzas[start] = text[start : end if end >= 0 else len(text)]
+    return list(stanzas.values())
 
 
 def read_driver_packages(fs: HostFS) -> tuple[Package, ...] | None:
@@ -26,7 +44,7 @@ def read_driver_packages(fs: HostFS) -> tuple[Package, ...] | None:
     except OSError:
         return None
     found = []
-    for stanza in text.split("\n\n"):
+    for stanza in _candidate_stanzas(text):
         fields: dict[str, str] = {}
         for line in stanza.splitlines():
             if line and not line[0].isspace() and ":" in line:

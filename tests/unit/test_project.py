@@ -19,6 +19,15 @@ def test_roles_write_the_project_version() -> None:
     assert role_vars["dltune__project_version"] == project
 
 
+def test_the_package_galaxy_and_pyproject_say_one_version() -> None:
+    """dltune.__version__ is a literal (no importlib.metadata at start-up): it must follow pyproject."""
+    import dltune
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    galaxy = yaml.safe_load((REPO_ROOT / "galaxy.yml").read_text())["version"]
+    assert dltune.__version__ == project == galaxy
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_argument_specs_document_every_default_with_the_same_value(role: str) -> None:
     defaults_file = REPO_ROOT / "roles" / role / "defaults/main.yml"
