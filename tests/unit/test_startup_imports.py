@@ -1,0 +1,57 @@
+"""What `dltune audit` loads: the health check runs it on every node every few minutes, and most of its
+start-up is imports (benchmarks/audit_speed.py measures the ratio). Each module named here is one a
+change once pulled into every audit; the test fails when one comes back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import FIXTURES
+
+# Never needed to audit a node: other commands, the fleet's report, the bench, staging, and
+# importlib.metadata (the version is a literal).
+NOT_FOR_AN_AUDIT = (
+    "dltune.commands.bench",
+    "dltune.commands.check",
+    "dltune.commands.stage",
+    "dltune.commands.report",
+    "dltune.commands.ledger",
+    "dltune.commands.ack",
+    "dltune.commands.healthcheck",
+    "dltune.commands.remedy",
+    "dltune.fleet.cluster",
+    "dltune.bench",
+    "dltune.staging",
+    "importlib.metadata",
+)
+
+
+def loaded_by(argv: list[str]) -> set[str]:
+    program = (
+        "import io, json, sys, contextlib\n"
+        "from dltune import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    cli.run({argv!r})\n"
+        "sys.stderr.write(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def test_an_audit_loads_only_what_auditing_needs() -> None:
+    loaded = loaded_by(["audit", "--format", "json", "--root", str(FIXTURES / "tmp_tmpfs_ok")])
+    assert "dltune.commands.audit" in loaded and "dltune.checks" in loaded  # the probe reads what it claims
+    assert sorted(m for m in loaded if m.startswith(NOT_FOR_AN_AUDIT)) == []
+
+
+def test_the_whole_help_still_lists_every_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "--help"], capture_output=True, text=True, timeout=60,
+        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    from dltune.cli import COMMANDS
+
+    assert done.returncode == 0
+    assert all(f" {name} " in done.stdout for name in COMMANDS), done.stdout
