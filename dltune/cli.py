@@ -21,7 +21,7 @@ import typer
 
 import dltune
 from dltune.commands.options import ClickException
-from dltune.commands.output import error_line
+from dltune.commands.output import error_line, usable_columns
 from dltune.model import EXIT_FAIL, EXIT_USAGE_OR_ERROR, DltuneError
 
 DEBUG_ENV = "DLTUNE_DEBUG"
@@ -139,6 +139,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     who = f"dltune {command}" if command else "dltune"
     code = ERROR_EXIT.get(command or "", EXIT_USAGE_OR_ERROR)
     _settings["debug"] = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    if os.environ.get("COLUMNS") is not None and usable_columns() is None:
+        del os.environ["COLUMNS"]  # no width ("0", text, "²"): rich would print at 0 columns or fail
     try:
         result = build_app(command)(args=args, prog_name="dltune", standalone_mode=False)
     except ClickException as exc:

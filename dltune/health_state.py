@@ -11,6 +11,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+# The health check's defaults, here beside its other plain data: the options of `dltune audit` and
+# `dltune healthcheck` show them without loading the health check itself (it costs every audit's
+# start-up otherwise).
+DEFAULT_DRAIN_LIMIT = "10%"
+DEFAULT_FLAP_COUNT = 3
+DEFAULT_FLAP_WINDOW_S = 24 * 3600.0
+DEFAULT_HISTORY_FILE = "/var/lib/dltune/slurm-health.json"
+DEFAULT_TRANSIENT_RUNS = 3
+DEFAULT_RECOVERY_RUNS = 3
+DEFAULT_RECOVERY_WINDOW_S = 15 * 60.0
+
 
 class Profile(enum.Enum):
     """What the health check may do on a node group: sites roll it out in stages."""

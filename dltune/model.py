@@ -122,3 +122,31 @@ def exit_code(results: Iterable[Result]) -> int:
     if Status.ERROR in statuses:
         return EXIT_USAGE_OR_ERROR
     return EXIT_OK
+
+
+# --- What a person reads of a quantity (summaries, findings, staging's lines; machine outputs keep
+# bytes and counts) ------------------------------------------------------------------------------------
+
+_DECIMAL_UNITS = ("B", "kB", "MB", "GB", "TB", "PB", "EB")
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def human_size(n_bytes: float, binary: bool = False) -> str:
+    """A size as a person reads it: at most three significant digits in the largest unit that keeps
+    the figure under 1000. Decimal (disks, datasets, rates: "512 B", "4.1 kB", "12.3 MB", "1.23 GB"),
+    or with ``binary`` what the kernel sizes memory in (tmpfs, locked memory: "64 KiB", "8 MiB",
+    "205 GiB")."""
+    units, base = (_BINARY_UNITS, 1024) if binary else (_DECIMAL_UNITS, 1000)
+    value, sign = abs(float(n_bytes)), "-" if n_bytes < 0 else ""
+    unit = units[0]
+    for unit in units:
+        # 999.7 would read "1e+03" at three digits: it is the next unit's 1.
+        if float(f"{value:.3g}") < 1000 or unit == units[-1]:
+            break
+        value /= base
+    return f"{sign}{round(value)} B" if unit == "B" else f"{sign}{value:.3g} {unit}"
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """ "1 file", "3 files", "0 files": a count with its noun in the number it takes."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

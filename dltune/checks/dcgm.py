@@ -96,9 +96,18 @@ def _test_results(diag: DcgmDiag, evidence: dict[str, object], nvml: NvmlState) 
     passed = [t.name for t in diag.tests if t.status == "pass"]
     skipped = [t.name for t in diag.tests if t.status == "skip"]
     described = f"DCGM level {diag.level}" + (f" (DCGM {diag.version})" if diag.version else "")
-    status = Status.PASS if passed or not results else Status.SKIP
+    # A pass needs a test that passed: a run whose tests were all skipped, or that listed none, vouches
+    # for nothing (it said "0 test(s) passed", a pass).
+    status = Status.PASS if passed else Status.SKIP
     summary = (
-        f"{described}: {len(passed)} test(s) passed"
+        f"{described}: "
+        + (
+            f"{len(passed)} test(s) passed"
+            if passed
+            else "no test passed"
+            if diag.tests
+            else "no test in its output"
+        )
         + (f", {len(skipped)} skipped ({', '.join(skipped)})" if skipped else "")
         + (f", {len(results)} with findings (gpu.dcgm_*)" if results else "")
     )

@@ -199,5 +199,10 @@ def packages_held(snap: Snapshot) -> Result:
             remedy="apply role nvidia_driver (nvidia_driver_hold: true), or `apt-mark hold` them",
         )
     return Result(
-        "driver.packages_held", Status.PASS, f"all {len(wanted)} driver packages are held", evidence=evidence
+        "driver.packages_held",
+        Status.PASS,
+        f"the one driver package is held ({wanted[0]})"
+        if len(wanted) == 1
+        else f"all {len(wanted)} driver packages are held",
+        evidence=evidence,
     )

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dltune.checks import check
-from dltune.model import Result, Status
+from dltune.model import Result, Status, counted
 from dltune.snapshot import Snapshot
 
 CUBLAS = "CUBLAS_WORKSPACE_CONFIG"
@@ -100,7 +100,13 @@ def node_files(snap: Snapshot) -> list[Result]:
                 "env.node_files",
                 Status.FAIL if gaps else Status.PASS,
                 f"{path}: "
-                + (f"differs for {', '.join(sorted(gaps))}" if gaps else f"{len(planned)} variable(s) set"),
+                + (
+                    f"differs for {', '.join(sorted(gaps))}"
+                    if gaps
+                    else counted(len(planned), "variable") + " set"
+                    if planned
+                    else "the dl_env manifest plans no variable: nothing to compare"
+                ),
                 subject=str(path),
                 evidence={"kind": kind, "differences": gaps},
                 remedy="apply role dl_env" if gaps else None,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dltune.checks import check, counter_rises
-from dltune.model import FailureClass, Result, Status
+from dltune.model import FailureClass, Result, Status, human_size
 from dltune.snapshot import AerCounts, AerLogDevice, Gpu, IbPort, PciDevice, Snapshot
 
 # PCIe AER: correctable errors are retried by the link layer; many of them mean a marginal link
@@ -703,7 +703,11 @@ def _nvlink_errors(snap: Snapshot, gpu: Gpu, subject: str, evidence: dict[str, A
             evidence,
         )
     return Result(
-        "fabric.nvlink", Status.PASS, f"GPU {gpu.index}: all {active} NVLinks active", subject, evidence
+        "fabric.nvlink",
+        Status.PASS,
+        f"GPU {gpu.index}: " + ("its one NVLink active" if active == 1 else f"all {active} NVLinks active"),
+        subject,
+        evidence,
     )
 
 
@@ -856,8 +860,8 @@ def memlock(snap: Snapshot) -> Result:
     return Result(
         "fabric.memlock",
         Status.FAIL,
-        f"locked memory limited to {limit // 1024} KiB for {source}: RDMA registration (ibv_reg_mr) fails "
-        "or NCCL falls back to slower paths",
+        f"locked memory limited to {human_size(limit, binary=True)} for {source}: RDMA registration "
+        "(ibv_reg_mr) fails or NCCL falls back to slower paths",
         evidence=evidence,
         remedy="set memlock unlimited: LimitMEMLOCK=infinity in slurmd's unit (and in limits.conf: "
         "`* soft memlock unlimited`, `* hard memlock unlimited`); restart slurmd",

@@ -150,6 +150,8 @@ def present(snap: Snapshot) -> list[Result]:
                 remedy="reseat or replace the missing GPU",
             )
         )
+    elif not results and not healthy:
+        results.append(_none_present(expected_by, unreadable, evidence))
     elif not results:
         results.append(
             Result(
@@ -161,6 +163,27 @@ def present(snap: Snapshot) -> list[Result]:
             )
         )
     return results
+
+
+def _none_present(expected_by: str | None, unreadable: list[Gpu], evidence: dict[str, Any]) -> Result:
+    """gpu.present with no GPU to count (none lost, none missing): a node the site expects none of
+    passes; none listed with nothing expected, or none this process may read (a job's cgroup), is
+    not judged. Never "0 GPUs answer", a pass."""
+    if unreadable:
+        status, summary = (
+            Status.SKIP,
+            f"no GPU readable by this process: NVML says {unreadable[0].unreadable} for all "
+            f"{len(unreadable)} (as in a job's device cgroup); not judged",
+        )
+    elif expected_by is None:
+        status, summary = (
+            Status.SKIP,
+            "NVML lists no GPU on this node, and no GPU count is expected "
+            "(nvidia_driver, dltune_health_gpu_count)",
+        )
+    else:
+        status, summary = Status.PASS, f"no GPU, as {expected_by} expects"
+    return Result("gpu.present", status, summary, evidence=evidence, metrics={"gpus": 0.0})
 
 
 # Correctable ECC errors are judged by their rate: this many more since the previous audit warns

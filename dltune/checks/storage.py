@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dltune.checks import check
-from dltune.model import Result, Status
+from dltune.model import Result, Status, human_size
 from dltune.snapshot import (
     Snapshot,
     fstab_entry_for,
@@ -40,6 +40,11 @@ def tmpfs_size_kb(size: str, mem_total_kb: int | None) -> int | None:
     if unit == "%":
         return None if mem_total_kb is None else mem_total_kb * num // 100
     return int(num * _UNIT_KB[unit.lower()])
+
+
+def _kib(size_kb: int | None) -> str:
+    """A tmpfs size as a person reads it (the kernel counts it in KiB: "205 GiB"); none: "unknown"."""
+    return "unknown" if size_kb is None else human_size(size_kb * 1024, binary=True)
 
 
 def _flags(options: list[str] | tuple[str, ...]) -> set[str]:
@@ -120,7 +125,7 @@ def tmp_tmpfs(snap: Snapshot) -> Result:
     if want_size_kb is not None and (
         live_size_kb is None or abs(live_size_kb - want_size_kb) > max(4, want_size_kb * _SIZE_TOLERANCE)
     ):
-        problems.append(f"size {live_size_kb} KiB, expected {want_size} = {want_size_kb} KiB")
+        problems.append(f"size {_kib(live_size_kb)}, expected {want_size} = {_kib(want_size_kb)}")
     if not fstab_ok:
         problems.append("fstab has no matching tmpfs line, so the setting is lost at reboot")
     if problems:
@@ -414,10 +419,15 @@ def fstab_parse(snap: Snapshot) -> list[Result]:
 def _fstab_lines(snap: Snapshot) -> Result:
     counts = {"entries": len(snap.fstab.entries), "unparsed": len(snap.fstab.unparsed)}
     if not snap.fstab.unparsed:
+        entries = counts["entries"]
         return Result(
             "storage.fstab_parse",
             Status.PASS,
-            f"all {counts['entries']} fstab entries parse",
+            "fstab has no entries: nothing to parse"
+            if not entries
+            else "the one fstab entry parses"
+            if entries == 1
+            else f"all {entries} fstab entries parse",
             evidence=counts,
         )
     lines = [f"line {u.line_no}: {u.reason}" for u in snap.fstab.unparsed]

@@ -58,6 +58,8 @@ def cpu_governor(snap: Snapshot) -> Result:
             "no cpufreq on this node (a VM or container without it, or the firmware sets the frequency)",
         )
     total = sum(freq.settings.values())
+    if not total:
+        return Result("system.cpu_governor", Status.SKIP, "cpufreq lists no CPU with a governor")
     slow = {
         f"{governor}" + (f" (energy preference {preference})" if preference else ""): count
         for (governor, preference), count in sorted(freq.settings.items())
@@ -80,7 +82,8 @@ def cpu_governor(snap: Snapshot) -> Result:
     return Result(
         "system.cpu_governor",
         Status.PASS,
-        f"all {total} CPUs run for performance ({', '.join(sorted(freq.governors))})",
+        ("the one CPU runs" if total == 1 else f"all {total} CPUs run")
+        + f" for performance ({', '.join(sorted(freq.governors))})",
         evidence=evidence,
     )
 

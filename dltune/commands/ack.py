@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from dltune.commands.output import output_line
+from dltune.commands.output import help_paragraphs, output_line
 from dltune.model import EXIT_OK, InputError
 
 ACK_FILE_OPTION = typer.Option("--ack-file", help="Where this node's acknowledgements are kept (root's).")
@@ -32,6 +32,7 @@ def operator_name() -> str:
 
 
 # long: mostly its option declarations
+@help_paragraphs
 def ack(
     check: Annotated[
         str | None, typer.Argument(help="The check whose finding is accepted (gpu.ecc, fabric.ib_ports...).")
@@ -61,7 +62,9 @@ def ack(
     ack_file: Annotated[Path | None, ACK_FILE_OPTION] = None,
 ) -> None:
     """Acknowledge a known finding on this node until a date: no drain, no alert, shown as acknowledged.
-    `dltune ack gpu.ecc --subject 2:GPU-... --why "RMA 4711" --until 14d`; `--list`; `--clear`."""
+
+    For example `dltune ack gpu.ecc --subject 2:GPU-... --why "RMA 4711" --until 14d`. `dltune ack
+    --list` prints those in force; `dltune ack gpu.ecc --clear` ends them."""
     from dltune.checks import registered
     from dltune.fleet import acks
 

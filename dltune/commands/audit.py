@@ -22,15 +22,17 @@ from dltune.commands.node import (
 )
 from dltune.commands.options import (
     ALL_OPTION,
-    DRAIN_LIMIT_OPTION,
+    DRAIN_PANEL,
     FACTS_FILE_OPTION,
-    FLAP_COUNT_OPTION,
     FLAP_WINDOW_OPTION,
-    HISTORY_FILE_OPTION,
     NFS_TIMEOUT_OPTION,
     TEXTFILE_DIR_OPTION,
     OutputFormat,
+    drain_limit_option,
+    flap_count_option,
+    format_option,
     gpu_use_option,
+    history_file_option,
     parse_areas,
     seconds_option,
     slurm_node_name,
@@ -40,9 +42,10 @@ from dltune.commands.output import (
     check_directory,
     check_output_file,
     error_line,
+    help_paragraphs,
     stdout_console,
 )
-from dltune.fleet.slurm_health import (
+from dltune.health_state import (
     DEFAULT_DRAIN_LIMIT,
     DEFAULT_FLAP_COUNT,
     DEFAULT_FLAP_WINDOW_S,
@@ -55,15 +58,17 @@ log = logging.getLogger("dltune")
 
 
 # long: mostly its option declarations
+@help_paragraphs
 def audit(
     root: Annotated[
         Path, typer.Option("--root", help="Read the host's files under this directory (a fixture tree).")
     ] = Path("/"),
-    output: Annotated[OutputFormat, typer.Option("--format", help="Output format on stdout.")] = (
-        OutputFormat.human
-    ),
+    output: Annotated[OutputFormat, format_option(OutputFormat)] = OutputFormat.human,
     only: Annotated[
-        str | None, typer.Option("--only", help=f"Comma-separated areas: {','.join(AREAS)}.")
+        str | None,
+        typer.Option(
+            "--only", help=f"Only these areas, comma-separated (--only gpu,fabric): {', '.join(AREAS)}."
+        ),
     ] = None,
     show_all: Annotated[bool, ALL_OPTION] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log probe details on stderr.")] = False,
@@ -75,10 +80,16 @@ def audit(
         typer.Option(
             "--slurm-drain",
             help="Drain this Slurm node on a critical fail; resume it when healthy (only dltune's drain).",
+            rich_help_panel=DRAIN_PANEL,
         ),
     ] = False,
     slurm_node: Annotated[
-        str | None, typer.Option("--slurm-node", help="Slurm node name (default: the short hostname).")
+        str | None,
+        typer.Option(
+            "--slurm-node",
+            help="With --slurm-drain: Slurm node name (default: the short hostname).",
+            rich_help_panel=DRAIN_PANEL,
+        ),
     ] = None,
     timeout: Annotated[
         float,
@@ -108,10 +119,10 @@ def audit(
             "findings (default: the --facts-file this run replaces).",
         ),
     ] = None,
-    drain_limit: Annotated[str, DRAIN_LIMIT_OPTION] = DEFAULT_DRAIN_LIMIT,
-    flap_count: Annotated[int, FLAP_COUNT_OPTION] = DEFAULT_FLAP_COUNT,
+    drain_limit: Annotated[str, drain_limit_option("--slurm-drain")] = DEFAULT_DRAIN_LIMIT,
+    flap_count: Annotated[int, flap_count_option("--slurm-drain")] = DEFAULT_FLAP_COUNT,
     flap_window: Annotated[float, FLAP_WINDOW_OPTION] = DEFAULT_FLAP_WINDOW_S / 3600,
-    history_file: Annotated[Path, HISTORY_FILE_OPTION] = Path(DEFAULT_HISTORY_FILE),
+    history_file: Annotated[Path, history_file_option("--slurm-drain")] = Path(DEFAULT_HISTORY_FILE),
     emit_expectations: Annotated[
         bool,
         typer.Option(
@@ -122,7 +133,9 @@ def audit(
     ] = False,
     gpu_use: Annotated[float, gpu_use_option()] = 1.0,
 ) -> None:
-    """Read-only audit of this node against what the roles applied. Exit 0 ok, 1 fail, 2 usage/error."""
+    """Read-only audit of this node against what the roles applied.
+
+    Exit 0 ok, 1 a fail, 2 usage or an error with no fail."""
     deadline = Deadline(timeout)
     # A short-lived process that builds 100,000s of small objects on a host with many mounts and frees
     # them all at exit: the cyclic collector would only rescan them (a fifth of the run's time).

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dltune.commands.options import ALL_OPTION, BenchFormat, gpu_use_option, number_option
-from dltune.commands.output import error_line, progress_console, stdout_console
+from dltune.commands.options import ALL_OPTION, BenchFormat, format_option, gpu_use_option, number_option
+from dltune.commands.output import error_line, help_paragraphs, progress_console, stdout_console
 from dltune.model import EXIT_USAGE_OR_ERROR, Result, exit_code
 from dltune.text import decimal, visible
 
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from dltune.bench.run import Options
 
 MAX_GPU_INDEX = 1023
+# `--help` lists the sections' switches in a panel of their own: their --no-... names would leave the
+# other options' help too narrow a column (rich shares a table's width out among its columns).
+SECTIONS_PANEL = "Sections"
 
 
 def bench_results(
@@ -76,6 +79,7 @@ def _check_data(data: Path) -> None:
 
 
 # long: mostly its option declarations
+@help_paragraphs
 def bench(
     device: Annotated[
         str | None, typer.Option("--device", help="cpu or cuda (default: every local GPU, else the CPU).")
@@ -104,27 +108,48 @@ def bench(
         number_option("--image-size", kind=int, minimum=8, maximum=4096, help="Image side in pixels."),
     ] = None,
     dataloader_sweep: Annotated[
-        bool, typer.Option("--dataloader-sweep/--no-dataloader-sweep", help="Sweep DataLoader settings.")
+        bool,
+        typer.Option(
+            "--dataloader-sweep/--no-dataloader-sweep",
+            help="Sweep DataLoader settings.",
+            rich_help_panel=SECTIONS_PANEL,
+        ),
     ] = True,
     determinism: Annotated[
-        bool, typer.Option("--determinism/--no-determinism", help="Check bitwise-reproducible training.")
+        bool,
+        typer.Option(
+            "--determinism/--no-determinism",
+            help="Check bitwise-reproducible training.",
+            rich_help_panel=SECTIONS_PANEL,
+        ),
     ] = True,
     data_parallel: Annotated[
-        bool, typer.Option("--data-parallel/--no-data-parallel", help="torchrun over all devices.")
+        bool,
+        typer.Option(
+            "--data-parallel/--no-data-parallel",
+            help="torchrun over all devices.",
+            rich_help_panel=SECTIONS_PANEL,
+        ),
     ] = True,
-    compile_step: Annotated[bool, typer.Option("--compile", help="Also measure torch.compile.")] = False,
+    compile_step: Annotated[
+        bool,
+        typer.Option("--compile", help="Also measure torch.compile.", rich_help_panel=SECTIONS_PANEL),
+    ] = False,
     sdc: Annotated[
         bool,
         typer.Option(
             "--sdc/--no-sdc",
             help="Replay seeded training steps on every device and compare the weights bit for bit "
             "(silent data corruption).",
+            rich_help_panel=SECTIONS_PANEL,
         ),
     ] = True,
     sdc_precision: Annotated[
         str,
         typer.Option(
-            "--sdc-precision", help="The replay's dtype: float32 (CUDA cores) or bfloat16 (Tensor Cores)."
+            "--sdc-precision",
+            help="The replay's dtype: float32 (CUDA cores) or bfloat16 (Tensor Cores).",
+            rich_help_panel=SECTIONS_PANEL,
         ),
     ] = "float32",
     multi_node: Annotated[
@@ -132,7 +157,7 @@ def bench(
         typer.Option(
             "--multi-node",
             help="Only data-parallel training across the nodes of this Slurm job step "
-            "(srun --nodes=N --ntasks-per-node=1); the first node prints the results.",
+            "(`srun --nodes=N --ntasks-per-node=1`); the first node prints the results.",
         ),
     ] = False,
     find_slow: Annotated[
@@ -156,15 +181,16 @@ def bench(
             help="--find-slow: the fraction below the job's median node that names a node.",
         ),
     ] = 0.2,
-    output: Annotated[
-        BenchFormat, typer.Option("--format", help="Output format on stdout.")
-    ] = BenchFormat.human,
+    output: Annotated[BenchFormat, format_option(BenchFormat)] = BenchFormat.human,
     show_all: Annotated[bool, ALL_OPTION] = False,
     gpu_use: Annotated[float, gpu_use_option()] = 1.0,
 ) -> None:
-    """Short benchmark of this node's GPUs (or CPU): matmul and memory vs spec, training throughput,
-    input-pipeline gap, determinism, data-parallel, silent data corruption by replay. Exit 0 ok, 1 a
-    fail, 2 usage/error."""
+    """Short benchmark of this node's GPUs (or its CPU).
+
+    Matmul and memory against the GPU's spec, training throughput, the input pipeline's gap,
+    determinism, data-parallel training, silent data corruption by replay.
+
+    Exit 0 ok, 1 a fail, 2 usage or an error with no fail."""
     from dltune.bench.measure import SDC_PRECISIONS, BenchError
     from dltune.bench.run import Options
 

@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dltune.commands.node import audit_results
-from dltune.commands.options import ALL_OPTION, BenchFormat, gpu_use_option, number_option, seconds_option
-from dltune.commands.output import progress_console, stdout_console
+from dltune.commands.options import (
+    ALL_OPTION,
+    BenchFormat,
+    format_option,
+    gpu_use_option,
+    number_option,
+    seconds_option,
+)
+from dltune.commands.output import help_paragraphs, progress_console, stdout_console
 from dltune.model import Result, Status
 from dltune.probes.watchdog import Deadline
 
@@ -26,10 +33,9 @@ if TYPE_CHECKING:
 
 
 # long: mostly its option declarations
+@help_paragraphs
 def check(
-    output: Annotated[
-        BenchFormat, typer.Option("--format", help="Output format on stdout.")
-    ] = BenchFormat.human,
+    output: Annotated[BenchFormat, format_option(BenchFormat)] = BenchFormat.human,
     show_all: Annotated[bool, ALL_OPTION] = False,
     no_bench: Annotated[
         bool, typer.Option("--no-bench", help="No bench after the audit (--dcgm still runs).")
@@ -66,9 +72,11 @@ def check(
     ] = None,
     gpu_use: Annotated[float, gpu_use_option()] = 1.0,
 ) -> None:
-    """Audit this node, then run `dltune bench --quick` on its GPUs (CPU where NVML sees none), unless
-    asked not to, a critical check failed or a job is using a GPU (each a skipped bench.run); with
-    --dcgm, DCGM's diagnostic first, under the same conditions.
+    """Audit this node, then bench it quickly (`dltune bench --quick`).
+
+    The bench runs on the node's GPUs (its CPU where NVML sees none) unless asked not to, a critical
+    check failed or a job is using a GPU (each a skipped bench.run); with --dcgm, DCGM's diagnostic
+    runs first, under the same conditions.
 
     Exit 0 ok; 1 a fail; 2 usage or an error, no fail; 3 no fail and no error, but the node is not
     proved: the bench could not run (no PyTorch, or a PyTorch that sees none of the GPUs NVML reports;

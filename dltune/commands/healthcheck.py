@@ -20,11 +20,9 @@ import typer
 from dltune.commands.node import apply_slurm_health, audit_results, drain_policy, write_node_outputs
 from dltune.commands.options import (
     DEBOUNCE_OPTION,
-    DRAIN_LIMIT_OPTION,
+    DRAIN_PANEL,
     FACTS_FILE_OPTION,
-    FLAP_COUNT_OPTION,
     FLAP_WINDOW_OPTION,
-    HISTORY_FILE_OPTION,
     NFS_TIMEOUT_OPTION,
     PROFILE_OPTION,
     RECOVERY_RUNS_OPTION,
@@ -32,18 +30,21 @@ from dltune.commands.options import (
     SLURM_NODE_OPTION,
     TEXTFILE_DIR_OPTION,
     HealthProfile,
+    drain_limit_option,
+    flap_count_option,
+    history_file_option,
     seconds_option,
     slurm_node_name,
 )
-from dltune.commands.output import error_line
-from dltune.fleet.slurm_health import (
+from dltune.commands.output import error_line, help_paragraphs
+from dltune.fleet.slurm_health import critical_failures
+from dltune.health_state import (
     DEFAULT_DRAIN_LIMIT,
     DEFAULT_FLAP_COUNT,
     DEFAULT_FLAP_WINDOW_S,
     DEFAULT_HISTORY_FILE,
     DEFAULT_RECOVERY_RUNS,
     DEFAULT_RECOVERY_WINDOW_S,
-    critical_failures,
 )
 from dltune.model import EXIT_OK, Status
 from dltune.probes.watchdog import Deadline
@@ -78,11 +79,17 @@ def audit_seconds(timeout: float | None, slurm_timeout: float) -> float:
 
 
 # long: mostly its option declarations
+@help_paragraphs
 def healthcheck(
     textfile_dir: Annotated[Path | None, TEXTFILE_DIR_OPTION] = None,
     facts_file: Annotated[Path | None, FACTS_FILE_OPTION] = None,
     drain: Annotated[
-        bool, typer.Option("--drain/--no-drain", help="Drain and resume the node (--no-drain: report only).")
+        bool,
+        typer.Option(
+            "--drain/--no-drain",
+            help="Drain and resume the node (--no-drain: report only).",
+            rich_help_panel=DRAIN_PANEL,
+        ),
     ] = True,
     slurm_node: Annotated[str | None, SLURM_NODE_OPTION] = None,
     timeout: Annotated[
@@ -110,10 +117,11 @@ def healthcheck(
         float,
         seconds_option("--nvml-timeout", help="Seconds NVML may take before the driver counts as hung."),
     ] = 10.0,
-    drain_limit: Annotated[str, DRAIN_LIMIT_OPTION] = DEFAULT_DRAIN_LIMIT,
-    flap_count: Annotated[int, FLAP_COUNT_OPTION] = DEFAULT_FLAP_COUNT,
+    drain_limit: Annotated[str, drain_limit_option(None)] = DEFAULT_DRAIN_LIMIT,
+    flap_count: Annotated[int, flap_count_option(None)] = DEFAULT_FLAP_COUNT,
     flap_window: Annotated[float, FLAP_WINDOW_OPTION] = DEFAULT_FLAP_WINDOW_S / 3600,
-    history_file: Annotated[Path, HISTORY_FILE_OPTION] = Path(DEFAULT_HISTORY_FILE),
+    # beside the output files: the --no-drain column of the drain panel leaves its help too narrow a column
+    history_file: Annotated[Path, history_file_option(None, panel=None)] = Path(DEFAULT_HISTORY_FILE),
     profile: Annotated[HealthProfile, PROFILE_OPTION] = HealthProfile.drain,
     debounce: Annotated[list[str] | None, DEBOUNCE_OPTION] = None,
     recovery_runs: Annotated[int, RECOVERY_RUNS_OPTION] = DEFAULT_RECOVERY_RUNS,
@@ -126,7 +134,12 @@ def healthcheck(
         ),
     ] = False,
 ) -> None:
-    """Slurm's HealthCheckProgram: audit, write the textfile and facts, drain/resume within the bounds.
+    """Slurm's HealthCheckProgram: audit this node, write the textfile and the facts, drain or resume it.
+
+    It drains only within the drain limit, flap damping, the debounce and the recovery window (the
+    options below); --profile observe says what it would do and changes nothing, --no-drain only
+    reports.
+
     Exit 0 whatever it found (findings reach Slurm as drain reasons); 2 only for invalid options."""
     timeout = audit_seconds(timeout, slurm_timeout)
     policy = drain_policy(

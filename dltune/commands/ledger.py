@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from dltune.commands.output import error_line, progress_console, stdout_console
+from dltune.commands.output import error_line, help_paragraphs, progress_console, stdout_console
 from dltune.model import EXIT_USAGE_OR_ERROR
 from dltune.snapshot import MANIFEST_DIR
 
@@ -109,6 +109,7 @@ def _record_after(role: str, measured: dict[str, dict[str, object]], directory: 
         stdout_console().print(f"{role}: {said(change)}")
 
 
+@help_paragraphs
 def ledger(
     phase: Annotated[
         str, typer.Option("--phase", help="before: measure and keep; after: measure and compare.")
@@ -126,9 +127,11 @@ def ledger(
         Path, typer.Option("--dir", help="Where the ledger is kept (beside the roles' manifests).")
     ] = Path(DEFAULT_LEDGER_DIR),
 ) -> None:
-    """Measure what ROLE changes on this node: --phase before it runs, --phase after it ran; the after
-    phase writes DIR/ROLE.json with each measure's change, within noise said so (the audit reports it
-    as system.tuning_ledger, `dltune report` adds up the fleet)."""
+    """Measure what a role changes on this node: before it runs, and again after it ran.
+
+    --phase before measures each --role and keeps it; --phase after measures again and writes
+    DIR/ROLE.json (DIR: --dir) with each measure's change, a change within the noise said so. The audit
+    reports it as system.tuning_ledger; `dltune report` adds up the fleet."""
     from dltune.costs.ledger import LEDGER_SCHEMA_VERSION, ROLE_MEASURES
     from dltune.files import dirfd
 

@@ -16,7 +16,7 @@ import typer
 
 from dltune.commands.options import HealthProfile, slurm_node_name
 from dltune.commands.output import write_output
-from dltune.fleet.slurm_health import (
+from dltune.health_state import (
     DEFAULT_RECOVERY_RUNS,
     DEFAULT_RECOVERY_WINDOW_S,
     DEFAULT_TRANSIENT_RUNS,
@@ -105,15 +105,44 @@ def host_name(root: Path) -> str:
     return socket.gethostname() if str(root) == "/" else f"{socket.gethostname()}:{root}"
 
 
+# Why a topology variable has nothing to say on this node (its map would be empty).
+_NOTHING_FOR = {
+    "dltune_health_gpu_numa_nodes": "the firmware gives the GPUs no NUMA node",
+    "dltune_health_gpu_nearest_nics": "no RDMA adapter on the PCI bus is reachable from the GPUs",
+}
+
+
 def expectations_yaml(root: Path, host: str) -> str:
-    """The topology variables as YAML (JSON values are YAML flow values: nothing to escape by hand)."""
+    """The topology variables as YAML for group_vars (JSON values are YAML flow values: nothing to
+    escape by hand). A variable with nothing to state is a comment saying why, never an empty map
+    (which, pasted over a group's, would unset what it expects); with nothing at all to emit (no GPU
+    on the PCI bus, or none with a NUMA node or an adapter) a DltuneError: one line on stderr, exit 2,
+    nothing on stdout to paste. The node is read, not judged: the first line says so."""
     from dltune.checks.fabric import emit_expectations
     from dltune.probes import collect_snapshot
 
-    variables = emit_expectations(collect_snapshot(root, areas=["fabric"]))
-    lines = [f"# dltune audit --emit-expectations on {host}: the GPU-NIC topology of a node judged healthy"]
+    snapshot = collect_snapshot(root, areas=["fabric"])
+    variables = emit_expectations(snapshot)
+    if not any(variables.values()):
+        gpus = sum(1 for device in snapshot.fabric.pci if device.kind == "gpu")
+        raise DltuneError(
+            "--emit-expectations: nothing to emit: "
+            + (
+                f"no GPU on this node's PCI bus ({root / 'sys/bus/pci/devices'})"
+                if not gpus
+                else f"{gpus} GPU(s) on the PCI bus, none with a NUMA node or a reachable RDMA adapter"
+            )
+            + "; run it on a GPU node of the model the group holds"
+        )
+    lines = [
+        f"# dltune audit --emit-expectations on {host}: its GPU-NIC topology as read, not judged "
+        "(emit from a node known to be healthy)"
+    ]
     for name, values in variables.items():
-        lines.append(f"{name}:" + ("" if values else " {}"))
+        if not values:
+            lines.append(f"# {name}: not emitted: {_NOTHING_FOR.get(name, 'nothing found')}")
+            continue
+        lines.append(f"{name}:")
         lines += [f"  {json.dumps(key)}: {json.dumps(value)}" for key, value in sorted(values.items())]
     return "\n".join(lines) + "\n"
 

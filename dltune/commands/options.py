@@ -1,7 +1,7 @@
 """The options and argument checks the commands share, each declared once: output formats, numeric
 options through one type (``Number``) that end in exit 2 before any work, the areas, and the options
 `dltune audit`, `healthcheck`, `remedy` and `check` have in common (the Slurm node, the drain bounds,
-the node's output files)."""
+the node's output files). An option's help names only options of the command it is given to."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from dltune.fleet.slurm_health import DEFAULT_TRANSIENT_RUNS
+from dltune.health_state import DEFAULT_TRANSIENT_RUNS
 from dltune.model import AREAS
 from dltune.text import visible
 
@@ -48,6 +48,16 @@ class OutputFormat(str, Enum):
 class BenchFormat(str, Enum):
     human = "human"
     json = "json"
+
+
+def format_option(kind: type[Enum]) -> Any:
+    """--format, its choices in the help (a metavar of them all would narrow the help's column)."""
+    names = [str(member.value) for member in kind]
+    return typer.Option(
+        "--format",
+        metavar="<format>",
+        help=f"Output format on stdout: {', '.join(names[:-1])} or {names[-1]}.",
+    )
 
 
 # Seconds any timeout option may be given: a millisecond to a day.
@@ -164,50 +174,92 @@ def slurm_node_name(given: str | None, environ: bool = True) -> str:
     return checked_node_name(socket.gethostname().split(".")[0], "the short hostname")
 
 
-# The drain bounds' options, shared by `dltune audit --slurm-drain` and `dltune healthcheck`.
-DRAIN_LIMIT_OPTION = typer.Option(
-    "--drain-limit",
-    help="With --slurm-drain: do not drain while dltune has drained this many nodes of this node's "
-    "partitions already: a count (5) or a share (10%, at least 2). A system.drain_limit warning says so.",
-)
-FLAP_COUNT_OPTION = number_option(
-    "--flap-count",
-    kind=int,
-    minimum=1,
-    maximum=1000,
-    help="With --slurm-drain: a node dltune resumed this many times within --flap-window and failing again "
-    "stays drained as flapping (an operator resumes it).",
-)
+# The drain bounds' options, shared by `dltune audit` (which drains with --slurm-drain) and `dltune
+# healthcheck` (which drains unless --no-drain), and the history file `dltune remedy --record-resume`
+# writes too. Where their help names the option they need, each command's is made for it (needs=).
+# In `--help` they form their own panel: a table's help column is what its other columns leave (rich
+# shares the width out), and the drain toggles' --no-... column would narrow the whole table's.
+DRAIN_PANEL = "Drain and resume"
+
+
+def _needs(option: str | None, help: str) -> str:
+    """``help`` of an option that matters only with ``option``, which it then names first."""
+    return f"With {option}: {help}" if option else help[:1].upper() + help[1:]
+
+
+def drain_limit_option(needs: str | None) -> Any:
+    return typer.Option(
+        "--drain-limit",
+        help=_needs(
+            needs,
+            "do not drain while dltune has drained this many nodes of this node's partitions already: a "
+            "count (5) or a share (10%, at least 2). A system.drain_limit warning says so.",
+        ),
+        rich_help_panel=DRAIN_PANEL,
+    )
+
+
+def flap_count_option(needs: str | None) -> Any:
+    return number_option(
+        "--flap-count",
+        kind=int,
+        minimum=1,
+        maximum=1000,
+        help=_needs(
+            needs,
+            "a node dltune resumed this many times within --flap-window and failing again stays drained "
+            "as flapping (an operator resumes it).",
+        ),
+        rich_help_panel=DRAIN_PANEL,
+    )
+
+
+def history_file_option(needs: str | None, panel: str | None = DRAIN_PANEL) -> Any:
+    return typer.Option(
+        "--history-file",
+        help=_needs(needs, "where this node's drain/resume history is kept (root's)."),
+        rich_help_panel=panel,
+    )
+
+
 FLAP_WINDOW_OPTION = number_option(
-    "--flap-window", kind=float, minimum=0.01, maximum=24 * 365, help="Hours the resumes are counted over."
-)
-HISTORY_FILE_OPTION = typer.Option(
-    "--history-file", help="With --slurm-drain: where this node's drain/resume history is kept (root's)."
+    "--flap-window",
+    kind=float,
+    minimum=0.01,
+    maximum=24 * 365,
+    help="Hours the resumes are counted over.",
+    rich_help_panel=DRAIN_PANEL,
 )
 PROFILE_OPTION = typer.Option(
     "--profile",
+    metavar="<profile>",  # the choices are in the help: a wide column would narrow the help's
     help="observe: judge and report only; drain: drain and resume; remediate: drain, and "
     "playbooks/remediate.yml may act on the node.",
+    rich_help_panel=DRAIN_PANEL,
 )
 DEBOUNCE_OPTION = typer.Option(
     "--debounce",
     help="Consecutive failing runs before a critical fail drains: CLASS=N for a class (hard, transient; "
     f"defaults hard=1, transient={DEFAULT_TRANSIENT_RUNS}) or CHECK=N for one check (gpu.clocks=5). "
     "Repeat it.",
+    rich_help_panel=DRAIN_PANEL,
 )
 RECOVERY_RUNS_OPTION = number_option(
     "--recovery-runs",
     kind=int,
     minimum=1,
     maximum=1000,
-    help="A node drained for a transient check is resumed after this many consecutive passing runs...",
+    help="A node drained for a transient check is resumed after this many consecutive passing runs, "
+    "spanning --recovery-window.",
+    rich_help_panel=DRAIN_PANEL,
 )
 RECOVERY_WINDOW_OPTION = number_option(
     "--recovery-window",
     kind=float,
     minimum=0.0,
     maximum=7 * 24 * 60,
-    help="...spanning at least these minutes.",
+    help="Minutes that the passing runs of --recovery-runs span at least.",
+    rich_help_panel=DRAIN_PANEL,
 )
 
 

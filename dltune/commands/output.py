@@ -3,12 +3,14 @@ progress, output files checked before any work and written atomically, and the i
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import typer
 
@@ -23,6 +25,19 @@ EXIT_INTERRUPTED = 130
 
 def interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
+
+
+CommandT = TypeVar("CommandT", bound=Callable[..., Any])
+
+
+def help_paragraphs(command: CommandT) -> CommandT:
+    """A command whose docstring is its help (typer reads it), each paragraph made one line: typer keeps
+    a docstring's line breaks (rich prints them where the source broke its lines, ragged at any other
+    width), and rich wraps a line at the terminal's width. The first paragraph is the command's line
+    in `dltune --help`; paragraphs are separated by a blank line."""
+    text = inspect.cleandoc(command.__doc__ or "")
+    command.__doc__ = "\n\n".join(" ".join(part.split()) for part in text.split("\n\n"))
+    return command
 
 
 # Human output reaches a terminal through three writers only (tests/unit/test_human_output_escaping.py
@@ -112,14 +127,52 @@ def write_output(path: Path, text: str, hint: str) -> None:
         raise typer.Exit(EXIT_USAGE_OR_ERROR) from exc
 
 
+# Human output to a pipe or a file (a job log: Ansible, Slurm) with no usable COLUMNS: wide, so that
+# a summary is not folded at a terminal's 80 columns. COLUMNS outside MIN_COLUMNS..MAX_COLUMNS, or not
+# ASCII digits, is not a width (rich would take "0" as one).
+LOG_COLUMNS = 160
+MIN_COLUMNS = 20
+MAX_COLUMNS = 4096
+
+
+def usable_columns() -> int | None:
+    """COLUMNS where it is a width: ASCII digits, MIN_COLUMNS to MAX_COLUMNS; else None."""
+    given = os.environ.get("COLUMNS", "")
+    if given.isascii() and given.isdigit() and MIN_COLUMNS <= int(given) <= MAX_COLUMNS:
+        return int(given)
+    return None
+
+
+def console_width(stream: TextIO, piped: int) -> int | None:
+    """The width a console on ``stream`` renders at: COLUMNS where it is a usable width; else, at a
+    terminal, the terminal's (None: rich asks it); else ``piped``."""
+    columns = usable_columns()
+    if columns is not None:
+        return columns
+    try:
+        terminal = stream.isatty()
+    except ValueError:  # a closed stream
+        terminal = False
+    if not terminal:
+        return piped
+    if os.environ.get("COLUMNS") is None:
+        return None
+    try:  # a COLUMNS that is no width, which rich would read: the terminal's own
+        return os.get_terminal_size(stream.fileno()).columns or 80
+    except (OSError, ValueError):
+        return 80
+
+
 def stdout_console() -> Console:
-    # Piped into a log (Ansible, Slurm), a terminal's 80 columns would fold every summary.
+    """Tables and messages on stdout: at a terminal its width; in a pipe or a file COLUMNS, else
+    LOG_COLUMNS (``console_width``)."""
     from dltune.outputs.report import console
 
-    return console(width=None if sys.stdout.isatty() else 160)
+    return console(width=console_width(sys.stdout, LOG_COLUMNS))
 
 
 def progress_console() -> Console:
+    """Progress and messages on stderr, each message whole in a job log (soft wrap), not folded."""
     from dltune.outputs.report import console
 
-    return console(stderr=True, soft_wrap=True)  # messages whole in job logs, not folded at 80
+    return console(stderr=True, soft_wrap=True, width=console_width(sys.stderr, 80))

@@ -11,12 +11,14 @@ from typing import Annotated, Any
 import typer
 
 from dltune.commands.node import audit_results
-from dltune.commands.options import HISTORY_FILE_OPTION, SLURM_NODE_OPTION, seconds_option, slurm_node_name
-from dltune.fleet.slurm_health import DEFAULT_HISTORY_FILE
+from dltune.commands.options import SLURM_NODE_OPTION, history_file_option, seconds_option, slurm_node_name
+from dltune.commands.output import help_paragraphs
+from dltune.health_state import DEFAULT_HISTORY_FILE
 from dltune.model import EXIT_OK
 from dltune.probes.watchdog import Deadline
 
 
+@help_paragraphs
 def remedy(
     slurm_node: Annotated[str | None, SLURM_NODE_OPTION] = None,
     timeout: Annotated[float, seconds_option("--timeout", help="Seconds for the audit.")] = 30.0,
@@ -28,11 +30,15 @@ def remedy(
             "resume), so that flap damping counts the cycle; no audit.",
         ),
     ] = False,
-    history_file: Annotated[Path, HISTORY_FILE_OPTION] = Path(DEFAULT_HISTORY_FILE),
+    history_file: Annotated[Path, history_file_option("--record-resume", panel=None)] = Path(
+        DEFAULT_HISTORY_FILE
+    ),
 ) -> None:
-    """Audit this node and say what remediation may do: resume, reapply (roles), reset_gpu, reboot or
-    hold, with the node's Slurm state (drained by dltune? flapping?). JSON; exit 0."""
-    from dltune.fleet.remediation import remedy_for
+    """Say what remediation may do for this node: resume, reapply, reset_gpu, reboot, hold, none or unknown.
+
+    From a fresh read-only audit and the node's state in Slurm (drained by dltune? flapping?): one JSON
+    object on stdout. Exit 0."""
+    from dltune.fleet.remediation import remedy_for_node
     from dltune.fleet.slurm_health import SCONTROL_TIMEOUT_S, parse_node
     from dltune.fleet.slurm_health import record_resume as record
     from dltune.probes.runner import SubprocessRunner
@@ -45,8 +51,8 @@ def remedy(
     _, results, host = audit_results(Path("/"), None, 5.0, min(10.0, timeout), Deadline(timeout))
     shown = SubprocessRunner().run(["scontrol", "-o", "show", "node", node], timeout=SCONTROL_TIMEOUT_S)
     slurm: dict[str, Any]
-    if shown.ok:
-        state = parse_node(shown.stdout)
+    state = parse_node(shown.stdout) if shown.ok else None
+    if state is not None:
         slurm = {
             "state": state.state,
             "reason": state.reason,
@@ -58,7 +64,7 @@ def remedy(
             "error": (shown.stderr.strip() or f"exit {shown.returncode}")[-300:],
             "drained_by_dltune": False,
         }
-    decided = remedy_for(results)
+    decided = remedy_for_node(results, state, slurm.get("error", ""))
     sys.stdout.write(
         json.dumps({"host": host, "node": node, "slurm": slurm, "remedy": decided.to_dict()}) + "\n"
     )

@@ -9,9 +9,16 @@ from typing import Annotated
 import typer
 
 from dltune.commands.options import ALL_OPTION
-from dltune.commands.output import check_output_file, output_line, stdout_console, write_output
+from dltune.commands.output import (
+    check_output_file,
+    help_paragraphs,
+    output_line,
+    stdout_console,
+    write_output,
+)
 
 
+@help_paragraphs
 def report(
     paths: Annotated[
         list[Path], typer.Argument(help="Nodes' audit/bench JSON files, or directories of them.")
@@ -20,7 +27,8 @@ def report(
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the merged JSON here.")] = None,
     show_all: Annotated[bool, ALL_OPTION] = False,
 ) -> None:
-    """Merge nodes' results: terminal summary (nodes with findings first), merged JSON, HTML page.
+    """Merge nodes' results: a terminal summary (nodes with findings first), merged JSON, an HTML page.
+
     Exit 0 when every node is reachable with no fail and no error, else 1."""
     from dltune.fleet import cluster
 

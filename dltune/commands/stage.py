@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from dltune.commands.options import number_option
-from dltune.commands.output import EXIT_INTERRUPTED, interrupt, output_line, progress_console
+from dltune.commands.output import EXIT_INTERRUPTED, help_paragraphs, interrupt, output_line, progress_console
 from dltune.text import visible
 
 # The same limits as dltune.staging.plan's (not imported here: the CLI loads staging only when it runs).
@@ -33,6 +33,7 @@ MAX_NODES = 1_000_000
 
 
 # long: mostly its option declarations and the progress bar
+@help_paragraphs
 def stage(
     src: Annotated[
         Path,
@@ -93,8 +94,10 @@ def stage(
         ),
     ] = 0,
 ) -> None:
-    """Copy SRC to DIR/<name> on node-local disk: parallel, resumable, atomic. Prints the staged path.
-    Exit 0 staged, 1 refused or failed, 2 usage, 130 interrupted (the partial copy resumes)."""
+    """Copy SRC to DIR/<name> on node-local disk (DIR: --to): parallel, resumable, atomic.
+
+    Prints the staged path. Exit 0 staged, 1 refused or failed, 2 usage, 130 interrupted (the partial
+    copy resumes)."""
     from dltune import staging  # not imported by the audit: it runs on every node, often
 
     if not src.exists():
@@ -155,12 +158,7 @@ def stage(
             raise typer.Exit(EXIT_INTERRUPTED) from exc
         finally:
             signal.signal(signal.SIGTERM, previous)
-    err.print(
-        f"staged {visible(str(summary.path))}: {summary.files} files, {summary.bytes / 1e6:.1f} MB copied"
-        f" ({summary.skipped} already there) in {summary.seconds:.1f}s, {summary.mb_per_s:.0f} MB/s"
-        + (", verified" if summary.verified else "")
-        + (f" ({'; '.join(visible(note) for note in summary.notes)})" if summary.notes else "")
-    )
+    err.print(f"staged {visible(str(summary.path))}: {visible(summary.described())}")
     _print_path(summary.path)
 
 
@@ -216,6 +214,7 @@ def _print_path(path: Path) -> None:
 
 
 # long: the hidden options of the three node steps
+@help_paragraphs
 def stage_node(
     step: Annotated[str, typer.Argument(help="check, finish or direct")],
     to: Annotated[Path, typer.Option("--to")],

@@ -2,16 +2,21 @@
 are tuned and perform, which are not and why. A node that could not be audited stays in the report
 as such (``unreachable`` or ``crashed``), never dropped.
 
-Renders a terminal summary (nodes x areas), a merged JSON file and one self-contained HTML page:
-a nodes x checks matrix coloured by the worst status, every finding with its evidence and remedy,
-and bar charts (inline SVG) of the bench figures per node and GPU, so an outlier stands out.
+Renders a terminal summary, a merged JSON file and one self-contained HTML page, both read top down,
+the gravest first: the title line (one count of each kind of node), what to fix first (GPU-hours a
+day), the shared dependencies, the findings (by check in the terminal; in the page each with its
+summary, remedy and evidence), then the nodes (a table; the page's grid of nodes x areas coloured by the
+worst status, stale and unusable reports grey, the nodes with no finding folded into one line), and bar
+charts (inline SVG) of the bench figures per node and GPU, so an outlier stands out.
 """
 
 from __future__ import annotations
 
 import html
+import itertools
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +29,7 @@ from rich.text import Text
 from dltune import SCHEMA_VERSION, __version__
 from dltune.files import safeio
 from dltune.model import AREAS, Status
-from dltune.outputs.report import STATUS_COLOUR, STATUS_STYLE, status_rank, worst
+from dltune.outputs.report import STATUS_COLOUR, STATUS_STYLE, status_rank, table_subject, worst
 from dltune.schema import of, optional, validate
 from dltune.text import visible, visible_data
 
@@ -243,12 +248,70 @@ def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:
     )
 
 
-def node_rank(node: NodeReport) -> tuple[int, str]:
-    """Sort key, worst node first: no usable report, then by its worst status; stale ones with fails."""
+# A node's standing, the gravest first: no usable report (unreachable, crashed, invalid: the kind says
+# which), then its worst status; a stale report (past its valid_until: what it says is old) after the
+# nodes known to fail or err, before the healthy ones, whatever it said then.
+NO_REPORT = "no report"
+STALE = "stale"
+STANDING = (NO_REPORT, "fail", "error", STALE, "warn", "pass", "skip")
+FINDING_STATUSES = ("fail", "error", "warn")
+# A problem's kind is what precedes its first colon ("unreachable: ssh timed out"); anything else
+# (a node's {"problem": ...} file may say anything) is named by what it is.
+KIND_CHARS = 24
+
+
+def standing(node: NodeReport) -> str:
+    """One of STANDING: the node as the report ranks it."""
     if node.problem:
-        return (-1, node.host)
-    rank = status_rank(worst(r["status"] for r in node.results) or "skip")
-    return (min(rank, 0) if node.stale else rank, node.host)
+        return NO_REPORT
+    if node.stale:
+        return STALE
+    return worst(r["status"] for r in node.results) or "skip"
+
+
+def problem_kind(node: NodeReport) -> str:
+    """ "unreachable", "crashed", "invalid", "not installed": a node without a usable report."""
+    kind, colon, _ = (node.problem or "").partition(":")
+    return kind.strip() if colon and 0 < len(kind.strip()) <= KIND_CHARS else NO_REPORT
+
+
+def standing_word(node: NodeReport) -> str:
+    """What the node's `worst` column says: its kind in capitals (INVALID, STALE: no status), or its
+    worst status."""
+    if node.problem:
+        return problem_kind(node).upper()
+    return STALE.upper() if node.stale else standing(node)
+
+
+def node_rank(node: NodeReport) -> tuple[int, str]:
+    """Sort key, the gravest node first (STANDING), then by name."""
+    return (STANDING.index(standing(node)), node.host)
+
+
+def is_clean(node: NodeReport) -> bool:
+    """Valid, current, and no finding at all: the nodes the summary and the page fold into one line."""
+    return standing(node) in ("pass", "skip")
+
+
+def headline(nodes: Sequence[NodeReport]) -> list[str]:
+    """The report's first line (nodes, the healthy ones and what they hold: one count of each) and,
+    where any node is not healthy, the second: what the others are."""
+    count = {s: sum(standing(n) == s for n in nodes) for s in STANDING}
+    healthy = sum(n.healthy for n in nodes)
+    first = f"dltune report: {len(nodes)} node(s), {healthy} healthy"
+    if count["warn"]:
+        first += f" ({count['pass'] + count['skip']} with no finding, {count['warn']} with warnings only)"
+    kinds: dict[str, int] = {}
+    for node in nodes:
+        if node.problem:
+            kinds[problem_kind(node)] = kinds.get(problem_kind(node), 0) + 1
+    others = [
+        f"{count['fail'] + count['error']} failing" if count["fail"] + count["error"] else "",
+        f"{count[STALE]} stale" if count[STALE] else "",
+        *(f"{n} {kind}" for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
+    ]
+    others = [o for o in others if o]
+    return [first, *(["not healthy: " + ", ".join(others)] if others else [])]
 
 
 # A node file may name any area (a newer dltune, or anyone's JSON): the ones this dltune does not know
@@ -268,7 +331,17 @@ def _finding_text(r: dict[str, Any]) -> str:
     return f"{r['status'].upper()} {r['id']}" + (f" [{r['subject']}]" if r.get("subject") else "")
 
 
+def _finding_said(r: dict[str, Any]) -> str:
+    """A finding as the node table shows it: status, check, subject (a GPU by its index), what is wrong."""
+    subject = f" [{table_subject(str(r['subject']))}]" if r.get("subject") else ""
+    summary = (
+        r["summary"] if len(r["summary"]) <= SUMMARY_CHARS else r["summary"][: SUMMARY_CHARS - 1] + "\u2026"
+    )
+    return f"{r['status'].upper()} {r['id']}{subject}: {summary}"
+
+
 SHOWN_FINDINGS = 3
+SUMMARY_CHARS = 100  # a finding's summary in the node table (the page and the JSON hold it whole)
 # Above this many nodes with findings, the summary opens with the findings rolled up by check (one
 # cause on many nodes reads as one line) and the node table stops at MAX_NODE_ROWS unless --all.
 ROLLUP_ABOVE = 10
@@ -276,72 +349,81 @@ ROLLUP_ABOVE = 10
 SHOWN_COSTS = 10
 NO_COST_ROW = '<tr><td colspan="5">no priced finding</td></tr>'
 MAX_NODE_ROWS = 40
+STANDING_STYLE = {NO_REPORT: "bold red", STALE: "dim"}
+
+
+def _style(status: str) -> str:
+    return STANDING_STYLE.get(status) or STATUS_STYLE.get(Status(status), "")
 
 
 def render_summary(nodes: Sequence[NodeReport], console: Console, show_all: bool = False) -> None:
-    """Nodes with findings first (no report, fail, error, warn), each with its areas and first findings;
-    the nodes where everything passed folded into one line unless ``show_all``. Reads at 100 columns
-    for any number of areas."""
-    title = f"dltune report: {len(nodes)} node(s), {sum(n.healthy for n in nodes)} healthy"
-    table = Table(title=title, title_justify="left")
-    table.add_column("node", no_wrap=True)
-    table.add_column("worst", no_wrap=True)
-    table.add_column("areas with findings", overflow="fold", max_width=30)
-    table.add_column("findings", overflow="fold", ratio=1)
-    clean: list[str] = []
-    for node in sorted(nodes, key=node_rank):
-        if node.problem:
-            # The kind in capitals (it is no status); the reason as given: paths keep their case.
-            table.add_row(
-                Text(node.host),
-                Text(node.problem.split(":", 1)[0].upper(), style="bold red"),
-                Text(""),
-                Text(node.problem),
-            )
-            continue
-        status = worst(r["status"] for r in node.results) or "skip"
-        findings = [r for r in node.results if r["status"] in ("fail", "error", "warn")]
-        findings.sort(key=lambda r: status_rank(r["status"]))
-        if not findings and not node.stale and not show_all:
-            clean.append(node.host)
-            continue
-        areas: dict[str, str] = {}
-        for r in sorted(findings, key=lambda r: _area_index(r["area"])):
-            areas.setdefault(shown_area(r["area"]), r["status"])  # sorted: the first is the area's worst
-        texts = [_finding_text(r) for r in findings[:SHOWN_FINDINGS]]
-        if len(findings) > SHOWN_FINDINGS:
-            texts.append(f"+{len(findings) - SHOWN_FINDINGS} more")
-        if node.stale:
-            texts.insert(0, f"STALE: {node.stale}")
-        table.add_row(
-            Text(node.host),
-            Text(status, style=STATUS_STYLE.get(Status(status), "")),
-            Text(", ".join(f"{area} {st}" for area, st in areas.items())),
-            Text("; ".join(texts)),
-        )
+    """The title line (nodes, healthy, the others by kind); what to fix first; the shared dependencies;
+    above ROLLUP_ABOVE nodes with findings, the findings by check, the gravest first; then the nodes
+    with findings, the gravest first (no report, fail, error, stale, warn), each with its first findings
+    and what they say; the nodes with no finding folded into one line unless ``show_all``. Reads at 100
+    columns for any number of areas."""
+    table, clean = _node_table(nodes, show_all)
     with_findings = table.row_count
+    for index, line in enumerate(headline(nodes)):
+        console.print(Text(line, style="bold" if index == 0 else ""))
     _print_costs(nodes, console)
+    _print_shared(nodes, console)
     if with_findings > ROLLUP_ABOVE:
         _print_rollup(nodes, console)
     if with_findings > MAX_NODE_ROWS and not show_all:
         table = _first_rows(table, MAX_NODE_ROWS)
     if table.row_count:
         console.print(table)
-    else:
-        console.print(Text(title))
     if with_findings > table.row_count:
         more = with_findings - table.row_count
         console.print(Text(f"+{more} more node(s) with findings: `dltune report --all` lists them"))
-    _print_fleet_notes(nodes, console)
     if clean:
         console.print(
             Text(f"{len(clean)} node(s) with no finding: {_listed(clean)} (`dltune report --all` lists them)")
         )
+    _print_fleet_notes(nodes, console)
+
+
+def _node_table(nodes: Sequence[NodeReport], show_all: bool) -> tuple[Table, list[str]]:
+    """The nodes' table, the gravest first, and the nodes it folds (no finding; all: none)."""
+    table = Table()
+    table.add_column("node", no_wrap=True)
+    table.add_column("worst", no_wrap=True)
+    table.add_column("areas with findings", overflow="fold", max_width=20)
+    table.add_column("findings", overflow="fold", ratio=1)
+    clean: list[str] = []
+    for node in sorted(nodes, key=node_rank):
+        word, style = standing_word(node), _style(standing(node))
+        if node.problem:
+            # The kind in capitals (it is no status); the reason as given: paths keep their case.
+            table.add_row(Text(node.host), Text(word, style=style), Text(""), Text(node.problem))
+            continue
+        findings = sorted(
+            (r for r in node.results if r["status"] in FINDING_STATUSES),
+            key=lambda r: status_rank(r["status"]),
+        )
+        if is_clean(node) and not show_all:
+            clean.append(node.host)
+            continue
+        areas: dict[str, str] = {}
+        for r in sorted(findings, key=lambda r: _area_index(r["area"])):
+            areas.setdefault(shown_area(r["area"]), r["status"])  # sorted: the first is the area's worst
+        texts = [_finding_said(r) for r in findings[:SHOWN_FINDINGS]]
+        if len(findings) > SHOWN_FINDINGS:
+            texts.append(f"+{len(findings) - SHOWN_FINDINGS} more")
+        if node.stale:
+            texts.insert(0, f"STALE: {node.stale}" + ("; it said then:" if findings else ""))
+        table.add_row(
+            Text(node.host, style="dim" if node.stale else ""),
+            Text(word, style=style),
+            Text(", ".join(f"{area} {st}" for area, st in areas.items()), style="dim" if node.stale else ""),
+            Text("\n".join(texts), style="dim" if node.stale else ""),
+        )
+    return table, clean
 
 
 def _print_costs(nodes: Sequence[NodeReport], console: Console, shown: int = SHOWN_COSTS) -> None:
-    """The summary's first lines: what costs the fleet most in GPU-hours a day, then what no method
-    priced, the gravest first."""
+    """What costs the fleet most in GPU-hours a day, then what no method priced, the gravest first."""
     costs, unpriced = check_costs(nodes)
     if not costs and not unpriced:
         return
@@ -358,26 +440,65 @@ def _print_costs(nodes: Sequence[NodeReport], console: Console, shown: int = SHO
 
 
 def rollup(nodes: Sequence[NodeReport]) -> list[tuple[str, str, list[str]]]:
-    """(check, status, hosts) for every finding, the most widespread first: "gpu.ecc fail on 30 nodes"."""
+    """(check, status, hosts) for every finding of the current reports, the gravest first, then the
+    most widespread: "gpu.ecc fail on 30 nodes". A stale node's findings are old: findings_by_check
+    counts the node as stale."""
     found: dict[tuple[str, str], set[str]] = {}
     for node in nodes:
+        if node.problem or node.stale:
+            continue
         for r in node.results:
-            if r["status"] in ("fail", "error", "warn"):
+            if r["status"] in FINDING_STATUSES:
                 found.setdefault((r["id"], r["status"]), set()).add(node.host)
-    ordered = sorted(found.items(), key=lambda item: (-len(item[1]), status_rank(item[0][1]), item[0][0]))
+    ordered = sorted(found.items(), key=lambda item: (status_rank(item[0][1]), -len(item[1]), item[0][0]))
     return [(check, status, sorted(hosts)) for (check, status), hosts in ordered]
 
 
+@dataclass(frozen=True)
+class CheckLine:
+    """One line of the findings by check: a check's findings of one status, or the nodes of one kind
+    with no usable or no current report (INVALID, UNREACHABLE, STALE)."""
+
+    what: str  # the check, or the kind in capitals
+    status: str  # its place in STANDING
+    hosts: tuple[str, ...]
+    gpu_hours_per_day: float | None = None  # the check's price across the fleet, where it has one
+
+    def said(self, shown: int = 5) -> str:
+        what = self.what if self.status in (NO_REPORT, STALE) else f"{self.what} {self.status}"
+        price = f", {self.gpu_hours_per_day:.1f} GPU-hours a day" if self.gpu_hours_per_day else ""
+        return f"{what} on {len(self.hosts)} node(s){price}: {_listed(list(self.hosts), shown)}"
+
+
+def findings_by_check(nodes: Sequence[NodeReport]) -> list[CheckLine]:
+    """Every node that is not healthy or has a warning, counted: each check by status, the nodes with
+    no usable report by kind, the stale ones; ordered by severity (STANDING), then by nodes, then by
+    GPU-hours a day (check_costs) where priced, then by name."""
+    price = {c.check: c.gpu_hours_per_day for c in check_costs(nodes)[0]}
+    lines = [
+        CheckLine(check, status, tuple(hosts), price.get(check)) for check, status, hosts in rollup(nodes)
+    ]
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for node in nodes:
+        if node.problem or node.stale:
+            kinds.setdefault((standing_word(node), standing(node)), []).append(node.host)
+    lines += [CheckLine(word, status, tuple(sorted(hosts))) for (word, status), hosts in kinds.items()]
+    return sorted(
+        lines,
+        key=lambda line: (
+            STANDING.index(line.status),
+            -len(line.hosts),
+            -(line.gpu_hours_per_day or 0.0),
+            line.what,
+        ),
+    )
+
+
 def _print_rollup(nodes: Sequence[NodeReport], console: Console, shown: int = 10) -> None:
-    lines = rollup(nodes)
-    console.print(Text("findings by check (nodes):", style="bold"))
-    for check, status, hosts in lines[:shown]:
-        console.print(
-            Text(
-                f"  {check} {status} on {len(hosts)} node(s): {_listed(hosts, 5)}",
-                style=STATUS_STYLE[Status(status)],
-            )
-        )
+    lines = findings_by_check(nodes)
+    console.print(Text("findings by check, the gravest first (nodes):", style="bold"))
+    for line in lines[:shown]:
+        console.print(Text(f"  {line.said()}", style=_style(line.status)))
     if len(lines) > shown:
         console.print(Text(f"  +{len(lines) - shown} more check(s) with findings"))
 
@@ -399,9 +520,8 @@ def _first_rows(table: Table, rows: int) -> Table:
     return cut
 
 
-def _print_fleet_notes(nodes: Sequence[NodeReport], console: Console) -> None:
-    """What no single row shows: a shared dependency many nodes fail on, GPU firmware that differs, GPU
-    figures behind the fleet's, a node whose replay digests differ from the fleet's."""
+def _print_shared(nodes: Sequence[NodeReport], console: Console) -> None:
+    """A shared dependency many nodes fail on: one cause, one line, above the rollup and the nodes."""
     for dependency, hosts, checks in shared_failures(nodes):
         console.print(
             Text(
@@ -410,6 +530,11 @@ def _print_fleet_notes(nodes: Sequence[NodeReport], console: Console) -> None:
                 style="bold yellow",
             )
         )
+
+
+def _print_fleet_notes(nodes: Sequence[NodeReport], console: Console) -> None:
+    """What no single row shows: GPU firmware that differs, GPU figures behind the fleet's, a node whose
+    replay digests differ from the fleet's, what the tunings bought."""
     for host, what in sorted(firmware_outliers(nodes).items()):
         console.print(
             Text(f"firmware differs from the cluster's on {host}: {'; '.join(what)}", style="yellow")
@@ -805,11 +930,34 @@ def bench_charts(nodes: Sequence[NodeReport]) -> list[str]:
 
 
 TIP_LINES = 20
+# The page breaks host text only at its spaces and after a "/", never inside a word: a node's name, a
+# check's id or a status is one unbreakable token, and a word with a hyphen (a UUID, a host name) is kept
+# whole, where a browser would break after the hyphen.
+_SPACES = re.compile(r"(\s+)")
+_AFTER_SLASH = re.compile(r"(?<=[^/]/)")
+BREAK_PATHS_OVER = 24  # a shorter path (/mnt/datasets) stays whole
 
 
-def _area_cell(node_anchor: str, mine: Sequence[dict[str, Any]]) -> str:
+def _tok(text: str) -> str:
+    """A name, an id or a status: never broken across lines."""
+    return f'<span class="tok">{html.escape(text)}</span>'
+
+
+def _breakable(text: str) -> str:
+    """Host text, escaped, that wraps at its spaces and after each "/" only."""
+    out = []
+    for chunk in _SPACES.split(text):
+        if not chunk or chunk.isspace():
+            out.append(html.escape(chunk))
+            continue
+        pieces = [p for p in _AFTER_SLASH.split(chunk) if p] if len(chunk) > BREAK_PATHS_OVER else [chunk]
+        out.append("<wbr>".join(_tok(p) if "-" in p else html.escape(p) for p in pieces))
+    return "".join(out)
+
+
+def _area_cell(node_anchor: str, mine: Sequence[dict[str, Any]], grey: bool = False) -> str:
     """One node x area cell: its worst status, every check of the area on hover, a link to the node's
-    findings on click."""
+    findings on click; no status colour on a node whose report is stale (``grey``)."""
     esc = html.escape
     if not mine:
         return "<td></td>"
@@ -818,13 +966,122 @@ def _area_cell(node_anchor: str, mine: Sequence[dict[str, Any]]) -> str:
     tip = "\n".join(f"{_finding_text(r)}: {r['summary']}" for r in ordered[:TIP_LINES])
     if len(ordered) > TIP_LINES:
         tip += f"\n... {len(ordered) - TIP_LINES} more"
-    return (
-        f'<td style="background:{STATUS_COLOUR.get(status, "#fff")}" title="{esc(tip)}">'
-        f'<a href="#{node_anchor}">{esc(status)}</a></td>'
+    colour = "" if grey else f' style="background:{STATUS_COLOUR.get(status, "#fff")}"'
+    return f'<td{colour} title="{esc(tip)}"><a href="#{node_anchor}">{esc(status)}</a></td>'
+
+
+# Evidence as key: value lines (nested keys joined with "."), at most EVIDENCE_ITEMS of them, each value
+# cut at EVIDENCE_CHARS: the merged JSON holds it whole.
+EVIDENCE_ITEMS = 12
+EVIDENCE_CHARS = 160
+
+
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _evidence_items(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(value, dict) and value:
+        for name, inner in value.items():
+            yield from _evidence_items(inner, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list) and not any(isinstance(v, dict | list) for v in value):
+        yield key, ", ".join(_scalar(v) for v in value)
+    else:
+        yield key, _scalar(value)
+
+
+def _evidence_html(evidence: Any) -> str:
+    if evidence in (None, {}):
+        return ""
+    items = list(itertools.islice(_evidence_items(evidence), EVIDENCE_ITEMS + 1))
+    lines = [
+        (f'<span class="k">{_breakable(key)}</span>: ' if key else "")
+        + _breakable(value if len(value) <= EVIDENCE_CHARS else value[: EVIDENCE_CHARS - 1] + "\u2026")
+        for key, value in items[:EVIDENCE_ITEMS]
+    ]
+    if len(items) > EVIDENCE_ITEMS:
+        lines.append("\u2026 (the merged JSON holds the rest)")
+    return "".join(f"<div>{line}</div>" for line in lines)
+
+
+def _finding_row(host: str, r: dict[str, Any], head: str, grey: bool) -> str:
+    """One finding of the page's findings table (``head``: the row's class and anchor)."""
+    status = html.escape(r["status"])
+    if not grey:
+        status = f'<span style="color:{STATUS_COLOUR.get(r["status"], "#000")}">{status}</span>'
+    subject = str(r.get("subject") or "")
+    columns = [
+        _tok(host),
+        f'<span class="tok">{status}</span>',
+        _tok(r["id"]),
+        f'<span title="{html.escape(subject)}">{_breakable(table_subject(subject))}</span>',
+        _breakable(r["summary"]),
+        _breakable(str(r.get("remedy") or "")),
+    ]
+    cells = "".join(f"<td>{c}</td>" for c in columns)
+    return f'<tr{head}>{cells}<td class="ev">{_evidence_html(r.get("evidence"))}</td></tr>'
+
+
+def _findings_html(ordered: Sequence[NodeReport], anchors: dict[int, str]) -> str:
+    """Every node that is not clean, the gravest first: its problem, or that its report is stale (grey),
+    then each finding, the worst first, with its summary, remedy and evidence."""
+    rows = []
+    for node in ordered:
+        if is_clean(node):
+            continue
+        grey = bool(node.problem or node.stale)
+        head = f' class="finding{" grey" if grey else ""}" id="{anchors[id(node)]}"'
+        findings = sorted(
+            (r for r in node.results if r["status"] in FINDING_STATUSES),
+            key=lambda r: status_rank(r["status"]),
+        )
+        note = node.problem or (
+            f"{node.stale}" + ("; it said then:" if findings else "") if node.stale else ""
+        )
+        if note:
+            word = problem_kind(node) if node.problem else STALE
+            cells = f'<td>{_tok(node.host)}</td><td>{_tok(word)}</td><td colspan="5">{_breakable(note)}</td>'
+            rows.append(f"<tr{head}>{cells}</tr>")
+            head = ' class="finding grey"'
+        for r in findings:
+            rows.append(_finding_row(node.host, r, head, grey))
+            head = ' class="finding grey"' if grey else ' class="finding"'
+    return "".join(rows) or '<tr><td colspan="7">none</td></tr>'
+
+
+def _matrix_html(ordered: Sequence[NodeReport], anchors: dict[int, str], areas: Sequence[str]) -> str:
+    """Nodes x areas for the nodes with a finding, the gravest first, stale and unusable reports grey;
+    the nodes with no finding folded into one line."""
+    esc = html.escape
+    rows, clean = [], []
+    for node in ordered:
+        if node.problem:
+            problem = f'<td colspan="{len(areas)}">{_breakable(node.problem)}</td>'
+            rows.append(f'<tr class="grey"><th>{_tok(node.host)}</th>{problem}</tr>')
+            continue
+        if is_clean(node):
+            clean.append(node.host)
+            continue
+        cells = "".join(
+            _area_cell(
+                anchors[id(node)], [r for r in node.results if shown_area(r["area"]) == a], bool(node.stale)
+            )
+            for a in areas
+        )
+        stale = f'<br><span class="stale" title="{esc(node.stale)}">stale</span>' if node.stale else ""
+        grey = ' class="grey"' if node.stale else ""
+        rows.append(f"<tr{grey}><th>{_tok(node.host)}{stale}</th>{cells}</tr>")
+    head = "".join(f"<th>{esc(a)}</th>" for a in areas)
+    folded = (
+        f'<details class="clean"><summary>{len(clean)} node(s) with no finding: '
+        f"{_breakable(_listed(clean, 5))}</summary><p>{_breakable(', '.join(clean))}</p></details>"
+        if clean
+        else ""
     )
+    return f'<table class="matrix"><tr><th>node</th>{head}</tr>{"".join(rows)}</table>{folded}'
 
 
-# The first section stays short above the grid: the costliest checks, then "+N more".
+# The first section stays short above the findings: the costliest checks, then "+N more".
 HTML_COST_ROWS = 20
 
 
@@ -838,12 +1095,12 @@ def _first_section_html(nodes: Sequence[NodeReport]) -> str:
     costs, unpriced = check_costs(nodes)
     cost_rows = "".join(
         f"<tr><td>{esc(c.check)}</td><td>{c.gpu_hours_per_day:.1f}</td><td>{len(c.hosts)}</td>"
-        f"<td>{esc(', '.join(c.bases))}</td><td>{esc(_listed(list(c.hosts)))}</td></tr>"
+        f"<td>{esc(', '.join(c.bases))}</td><td>{_breakable(_listed(list(c.hosts)))}</td></tr>"
         for c in costs[:HTML_COST_ROWS]
     ) + _more_row(len(costs) - HTML_COST_ROWS, 5)
-    # The gravest unpriced first, few of them: the grid and the findings table below list every one.
+    # The gravest unpriced first, few of them: the findings and the grid below list every one.
     unpriced_rows = "".join(
-        f"<tr><td>{esc(check)}</td><td>{esc(status)}</td><td>{len(hosts)}</td><td>{esc(_listed(hosts))}</td></tr>"
+        f"<tr><td>{esc(check)}</td><td>{esc(status)}</td><td>{len(hosts)}</td><td>{_breakable(_listed(hosts))}</td></tr>"
         for check, status, hosts in unpriced[:SHOWN_COSTS]
     ) + _more_row(len(unpriced) - SHOWN_COSTS, 4)
     return (
@@ -862,84 +1119,66 @@ def _first_section_html(nodes: Sequence[NodeReport]) -> str:
     )
 
 
+PAGE_STYLE = f"""
+body {{ font-family: sans-serif; margin: 1.5em; }}
+table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 6px; font-size: 13px; vertical-align: top; }}
+td, th, li, summary, p {{ overflow-wrap: normal; word-break: keep-all; }}
+.tok, table.costs td:first-child {{ white-space: nowrap; }}
+tr.grey td, tr.grey th {{ background: #eeeeee !important; color: #757575 !important; }}
+tr.grey a, tr.grey span {{ color: #757575 !important; }}
+span.stale {{ color: {STATUS_COLOUR["fail"]}; font-weight: normal; }}
+table.matrix td {{ text-align: center; }}
+table.matrix td a {{ color: #fff; text-decoration: none; display: block; }}
+table.findings td {{ max-width: 32em; }}
+td.ev {{ font-family: monospace; font-size: 12px; min-width: 14em; }}
+td.ev span.k {{ color: #555; }}
+details.clean {{ margin-bottom: 1.5em; }}
+details.clean summary {{ cursor: pointer; }}
+"""
+
+
 # long: the page template is one f-string
 def render_html(nodes: Sequence[NodeReport], generated: str) -> str:
-    """Nodes x areas (worst status per area; hover lists the area's checks, a click jumps to the node's
-    findings), nodes with findings first; then every finding with its evidence; then the bench charts."""
+    """The title (nodes, healthy, the others by kind); what to fix first; the shared dependencies; every
+    finding, the gravest node first, with its summary, remedy and evidence as key: value lines; nodes x
+    areas for the nodes with findings (hover a cell for the area's checks, a click jumps to the node's
+    findings), the nodes with no finding folded into one line; stale reports and nodes without a usable
+    report grey. Host text breaks between words, never inside one; then the fleet's notes and charts."""
     esc = html.escape
     ordered = sorted(nodes, key=node_rank)
     anchors = {id(node): f"node-{i}" for i, node in enumerate(ordered)}
     present = {shown_area(r["area"]) for n in nodes for r in n.results}
     areas = [a for a in (*AREAS, OTHER_AREA) if a in present]
-    head = "".join(f"<th>{esc(a)}</th>" for a in areas)
-    rows = []
-    for node in ordered:
-        if node.problem:
-            rows.append(
-                f'<tr><th>{esc(node.host)}</th><td colspan="{len(areas)}" class="unreachable">'
-                f"{esc(node.problem)}</td></tr>"
-            )
-            continue
-        cells = "".join(
-            _area_cell(anchors[id(node)], [r for r in node.results if shown_area(r["area"]) == a])
-            for a in areas
-        )
-        stale = f'<br><span class="stale">stale: {esc(node.stale)}</span>' if node.stale else ""
-        rows.append(f"<tr><th>{esc(node.host)}{stale}</th>{cells}</tr>")
-    findings = []
-    for node in ordered:
-        anchor = f' id="{anchors[id(node)]}"'
-        for r in sorted(node.results, key=lambda r: status_rank(r["status"])):
-            if r["status"] in ("fail", "error", "warn"):
-                evidence = json.dumps(r.get("evidence", {}), sort_keys=True)[:600]
-                columns = [
-                    esc(node.host),
-                    f'<span style="color:{STATUS_COLOUR[r["status"]]}">{esc(r["status"])}</span>',
-                    esc(r["id"]),
-                    esc(str(r.get("subject") or "")),
-                    esc(r["summary"]),
-                    esc(str(r.get("remedy") or "")),
-                    f"<code>{esc(evidence)}</code>",
-                ]
-                findings.append(f"<tr{anchor}>" + "".join(f"<td>{c}</td>" for c in columns) + "</tr>")
-                anchor = ""
-    healthy = sum(n.healthy for n in nodes)
     shared = "".join(
         f"<li><b>{esc(dependency)}: {len(hosts)} node(s)</b> ({esc(', '.join(checks))}): "
-        f"{esc(_listed(hosts))}</li>"
+        f"{_breakable(_listed(hosts))}</li>"
         for dependency, hosts, checks in shared_failures(nodes)
     )
     charts = "".join(f"<div>{c}</div>" for c in bench_charts(nodes))
     outliers = "".join(
-        f"<li>{esc(host)}: {esc('; '.join(what))}</li>"
+        f"<li>{_breakable(host)}: {_breakable('; '.join(what))}</li>"
         for host, what in sorted(firmware_outliers(nodes).items())
     )
-    laggards = "".join(f"<li>{esc(b.said())}</li>" for b in behind_the_fleet(nodes))
-    replays = "".join(f"<li>{esc(o.said())}</li>" for o in sdc_outliers(nodes))
-    ledger = "".join(f"<li>{esc(line.said())}</li>" for line in tuning_ledger(nodes))
-    first = _first_section_html(nodes)
+    laggards = "".join(f"<li>{_breakable(b.said())}</li>" for b in behind_the_fleet(nodes))
+    replays = "".join(f"<li>{_breakable(o.said())}</li>" for o in sdc_outliers(nodes))
+    ledger = "".join(f"<li>{_breakable(line.said())}</li>" for line in tuning_ledger(nodes))
+    title = "<br>".join(esc(line) for line in headline(nodes))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dltune report</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; }}
-table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
-td, th {{ border: 1px solid #ccc; padding: 3px 6px; font-size: 13px; }}
-td.unreachable {{ background: #000; color: #fff; }}
-span.stale {{ color: #c62828; font-weight: normal; }}
-table.matrix td {{ text-align: center; }}
-table.matrix td a {{ color: #fff; text-decoration: none; display: block; }}
-table.findings td {{ max-width: 40em; overflow-wrap: anywhere; }}
-</style></head><body>
+<style>{PAGE_STYLE}</style></head><body>
 <h1>dltune report</h1>
-<p>{len(nodes)} node(s), {healthy} healthy (no fail, no error, reachable, valid and current).
-Generated {esc(generated)} by dltune {esc(__version__)}. Nodes with findings first; hover a cell for
-its area's checks, click it for the node's findings.</p>
-{first}
+<p><b>{title}</b></p>
+<p>Generated {esc(generated)} by dltune {esc(__version__)}. Healthy: no fail, no error, reachable, valid and
+current. The findings come first, the gravest node first; stale reports and nodes without a usable report
+are grey. In the grid below them, hover a cell for its area's checks, click it for the node's findings.</p>
+{_first_section_html(nodes)}
 {f"<h2>Shared dependencies failing</h2><ul>{shared}</ul>" if shared else ""}
-<table class="matrix"><tr><th>node</th>{head}</tr>{"".join(rows)}</table>
 <h2>Findings</h2>
 <table class="findings"><tr><th>node</th><th>status</th><th>check</th><th>subject</th><th>summary</th>
-<th>remedy</th><th>evidence</th></tr>{"".join(findings) or '<tr><td colspan="7">none</td></tr>'}</table>
+<th>remedy</th><th>evidence</th></tr>{_findings_html(ordered, anchors)}</table>
+<h2>Nodes x areas</h2>
+{_matrix_html(ordered, anchors, areas)}
 <h2>GPU firmware</h2>{f"<ul>{outliers}</ul>" if outliers else f"<p>{SAME_FIRMWARE}</p>"}
 <h2>Tuning ledger</h2>{f"<ul>{ledger}</ul>" if ledger else f"<p>{LEDGER_NONE}</p>"}
 <h2>Behind the fleet</h2>{f"<ul>{laggards}</ul>" if laggards else f"<p>{FLEET_NONE}</p>"}

@@ -8,8 +8,17 @@
   no job runs on the node, then the proof.
 - **reboot**: a GPU in the RESTART_BM bucket: `scontrol reboot ASAP` with dltune's reason; the node
   comes back drained by dltune and the next run proves and resumes it.
-- **hold**: anything else (an ECC fault, CONTACT_SUPPORT, a check whose remedy names no role): the
-  node stays drained with its reason. One unknown cause holds the whole node: never half a fix."""
+- **hold**: anything else (an ECC fault, CONTACT_SUPPORT, a check whose remedy names no role), or a
+  node dltune drained as flapping (only an operator resumes it): the node stays drained with its
+  reason. One unknown cause holds the whole node: never half a fix.
+
+Those are the audit's (``remedy_for``). What the node's state in Slurm allows comes first
+(``remedy_for_node``), so that no node is told "resume" that is not dltune's to resume:
+
+- **none**: remediation has nothing to do: the node is not drained, an admin (or Slurm) drained it,
+  or its state is one dltune leaves alone (maintenance, rebooting, powered down, not responding).
+- **unknown**: the node's state in Slurm could not be read: whether it is drained, and by whom, is
+  not known, so nothing is done."""
 
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dltune.fleet.slurm_health import NodeState
 from dltune.model import Result, Status
 
 # dltune's own tuning roles a remediation may apply again (the driver is left to its own playbook and
@@ -25,11 +35,13 @@ REAPPLIED_ROLES = frozenset({"dltune", "tmpfs_tmp", "data_disks", "nfs_multivip"
 _ROLES_IN_REMEDY = re.compile(r"\bapply (?:the )?roles? ([a-z_]+(?:(?:, | and )[a-z_]+)*)")
 _PCI_SUBJECT = re.compile(r"PCI:([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2})(?:\.[0-7])?", re.IGNORECASE)
 ORDER = ("hold", "reboot", "reset_gpu", "reapply", "resume")
+# What the node's state in Slurm may answer instead (remedy_for_node).
+NOT_REMEDIATED = ("none", "unknown")
 
 
 @dataclass(frozen=True)
 class Remedy:
-    action: str  # one of ORDER
+    action: str  # one of ORDER or NOT_REMEDIATED
     why: str
     checks: tuple[str, ...] = ()
     roles: tuple[str, ...] = ()
@@ -79,3 +91,39 @@ def remedy_for(results: Sequence[Result]) -> Remedy:
         roles=roles if action in ("reapply", "reset_gpu") else (),
         gpus=tuple(dict.fromkeys(g for r in chosen for g in r.gpus)),
     )
+
+
+def remedy_for_node(results: Sequence[Result], node: NodeState | None, unread: str = "") -> Remedy:
+    """What remediation may do for this node: the audit's remedy (``remedy_for``) only for a node
+    dltune drained and may resume; else "none" or "unknown" with why (``unread``: why Slurm's state
+    could not be read), or "hold" for a flapping node. The critical fails stay named in ``checks``."""
+    audit = remedy_for(results)
+    found = (
+        "the audit finds no critical fail"
+        if audit.action == "resume"
+        else f"the audit's remedy would be {audit.action}: {audit.why}"
+    )
+    if node is None or not node.state:
+        why = unread or "scontrol printed no State= for it"
+        return Remedy(
+            "unknown",
+            f"the node's state in Slurm could not be read ({why}): whether it is drained, and by whom, "
+            f"is unknown, so nothing is done; {found}",
+            audit.checks,
+        )
+    said = f"{node.state}, {node.reason}" if node.reason else node.state
+    if node.left_alone_because:
+        return Remedy(
+            "none",
+            f"dltune leaves it alone: {', '.join(node.left_alone_because)} ({said}); {found}",
+            audit.checks,
+        )
+    if not node.drained:
+        return Remedy("none", f"not drained ({said}): nothing to remedy; {found}", audit.checks)
+    if not node.drained_by_dltune:
+        return Remedy("none", f"drained by someone else ({said}): theirs to resume; {found}", audit.checks)
+    if node.flapping:
+        return Remedy(
+            "hold", f"drained as flapping ({said}): only an operator resumes it; {found}", audit.checks
+        )
+    return audit

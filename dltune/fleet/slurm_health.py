@@ -34,7 +34,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dltune.health_state import HealthReport, History, Profile
+from dltune.health_state import (
+    DEFAULT_FLAP_COUNT,
+    DEFAULT_FLAP_WINDOW_S,
+    DEFAULT_RECOVERY_RUNS,
+    DEFAULT_RECOVERY_WINDOW_S,
+    HealthReport,
+    History,
+    Profile,
+)
 from dltune.model import DltuneError, InputError, Result, Status
 from dltune.probes.runner import CommandRunner
 
@@ -240,11 +248,7 @@ SCONTROL_TIMEOUT_S = 5.0
 # Between this node's drain and its recheck: drains other nodes decided in the same second reach
 # slurmctld meanwhile.
 RECHECK_DELAY_S = 1.0
-DEFAULT_DRAIN_LIMIT = "10%"
 MIN_DRAIN_LIMIT = 2
-DEFAULT_FLAP_COUNT = 3
-DEFAULT_FLAP_WINDOW_S = 24 * 3600.0
-DEFAULT_HISTORY_FILE = "/var/lib/dltune/slurm-health.json"
 _UNKNOWN_NODE = re.compile(r"\bNode \S+ not found", re.IGNORECASE)  # scontrol's words for a name it lacks
 _LIMIT_TEXT = re.compile(r"([0-9]{1,6})(%?)")
 
@@ -336,9 +340,6 @@ class DrainLimit:
 
 
 DEFAULT_PROFILE = Profile.DRAIN
-DEFAULT_TRANSIENT_RUNS = 3
-DEFAULT_RECOVERY_RUNS = 3
-DEFAULT_RECOVERY_WINDOW_S = 15 * 60.0
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Span, Text
 
 from dltune import SCHEMA_VERSION, __version__
-from dltune.model import Result, Status
+from dltune.model import Result, Status, counted
 from dltune.text import terminal_safe, visible
 
 # One order and one palette for every output (node table, cluster summary, HTML, Prometheus): findings
@@ -174,11 +174,11 @@ def render_human(
     show_all: bool = False,
     asked: frozenset[str] = frozenset(),
 ) -> None:
-    """Findings first (fail, error, warn); passes and skips folded into one line each unless
-    ``show_all``, except the checks in ``asked`` (what the user asked for by name: `dltune check`'s
-    bench, `--dcgm`), whose reason is always a row. The remedy sits under its summary, so the table
-    reads at 100 columns. Every cell is plain Text: data such as a mount point /data/[bold]x is never
-    read as markup."""
+    """Findings first (fail, error, warn); passes and skips folded into the one closing line
+    (``summary_line``) unless ``show_all``, except the checks in ``asked`` (what the user asked for
+    by name: `dltune check`'s bench, `--dcgm`), whose reason is always a row. The remedy sits under
+    its summary, so the table reads at 100 columns. Every cell is plain Text: data such as a mount
+    point /data/[bold]x is never read as markup."""
     folded = () if show_all else (Status.PASS, Status.SKIP)
     shown = by_status([r for r in results if r.status not in folded or r.id in asked])
     table = Table(title=Text(f"dltune {what} of {visible(host)}"), show_lines=False, title_justify="left")
@@ -200,18 +200,30 @@ def render_human(
         )
     if shown:
         console.print(table)
-    elif not show_all:
-        console.print(Text(f"dltune {what} of {visible(host)}: no findings"))
-    passed = sum(1 for r in results if r.status is Status.PASS and r.id not in asked)
-    skipped = sum(1 for r in results if r.status is Status.SKIP and r.id not in asked)
-    if (passed or skipped) and not show_all:
-        parts = [
-            f"{passed} passed" if passed else "",
-            f"{skipped} skipped (not applicable on this node)" if skipped else "",
-        ]
-        console.print(Text(f"{', '.join(p for p in parts if p)}: `dltune {what} --all` lists them"))
-    counts = {s: sum(1 for r in results if r.status is s) for s in STATUS_ORDER}
-    console.print(Text(", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "no checks ran"))
+    console.print(Text(summary_line(results, host, what, folded=len(shown) < len(results))))
+
+
+# How the one summary line counts each status, in the table's order.
+_COUNTED = {
+    Status.FAIL: ("failed", "failed"),
+    Status.ERROR: ("error", "errors"),
+    Status.WARN: ("warning", "warnings"),
+    Status.PASS: ("passed", "passed"),
+    Status.SKIP: ("skipped", "skipped"),
+}
+
+
+def summary_line(results: Sequence[Result], host: str, what: str = "audit", folded: bool = False) -> str:
+    """The table's one closing line: every result counted by status in the table's order ("1 failed,
+    2 warnings, 30 passed, 4 skipped"), opened by "no findings" when nothing needs a look, and
+    naming `--all` when rows were folded into it."""
+    counts = [(s, sum(1 for r in results if r.status is s)) for s in STATUS_ORDER]
+    said = ", ".join(counted(n, *_COUNTED[s]) for s, n in counts if n)
+    if not said:
+        return f"dltune {what} of {visible(host)}: no checks ran"
+    if not any(n for s, n in counts if s in FINDINGS):
+        said = f"dltune {what} of {visible(host)}: no findings; {said}"
+    return said + (f": `dltune {what} --all` lists every check" if folded else "")
 
 
 PRICED = ("measured", "estimated")

@@ -45,6 +45,7 @@ from dltune.files.dirfd import (
     open_own_file,
     opened_dir_checked,
 )
+from dltune.model import human_size
 from dltune.staging.copy import sha256_file
 from dltune.staging.destination import Destination, check_name
 from dltune.staging.model import ARCHIVE_SUFFIXES, Entry, StageError, Summary, is_archive, staged_name
@@ -418,7 +419,7 @@ def broadcast(
         else:
             why_not = _send(run, payload, delivered)
             if why_not is None:
-                say(f"sbcast: {payload.size / 1e6:.1f} MB to {count} nodes")
+                say(f"sbcast: {human_size(payload.size)} to {count} nodes")
         if why_not is None:
             finish = dltune_argv("stage-node", "finish", *node_args, *options.argv())
             result.nodes = _step(run, count, finish, names)
@@ -448,7 +449,7 @@ def _prepare(
         kind = "archive" if is_archive(src) else "file"
         return Payload(src, src.stat().st_size, describe_source(src, kind, None))
     first = stage_here()
-    say(f"{_here(env)}: {_describe(first)}")
+    say(f"{_here(env)}: {first.described()}")
     # A tree staged by an older dltune has no record: then the source is scanned for its identity.
     identity = _recorded_identity(to, name) or describe_source(
         src, "dir", scan_tree(src, options.workers or NETWORK_WORKERS)
@@ -498,21 +499,11 @@ def _here(env: dict[str, str]) -> str:
     return env.get("SLURMD_NODENAME") or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def _describe(summary: Summary) -> str:
-    if "already staged" in summary.notes:
-        return "; ".join(summary.notes)
-    notes = f" ({'; '.join(summary.notes)})" if summary.notes else ""
-    return (
-        f"{summary.files} files, {summary.bytes / 1e6:.1f} MB copied ({summary.skipped} already there) "
-        f"in {summary.seconds:.1f}s{notes}"
-    )
-
-
 def _outcome(env: dict[str, str], summary: Summary) -> NodeOutcome:
     return NodeOutcome(
         _here(env),
         True,
-        _describe(summary),
+        summary.described(),
         files=summary.files,
         copied=summary.bytes,
         skipped=summary.skipped,

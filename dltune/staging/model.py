@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dltune.model import counted, human_size
+
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tgz", ".tar")
 
 
@@ -26,6 +28,10 @@ class Entry:
     inode: int = field(default=0, compare=False)  # the source's: small files are read in this order
 
 
+# The note of a stage that found DIR/<name> complete from this source (stage.already_staged).
+ALREADY_STAGED = "already staged"
+
+
 @dataclass
 class Summary:
     path: Path
@@ -36,9 +42,20 @@ class Summary:
     verified: bool = False
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+    def described(self) -> str:
+        """What this stage did, in a person's words: what was copied, how large and how fast, or why
+        nothing was ("already staged", "nothing to copy"), never "0 files, 0.0 MB copied"."""
+        others = [note for note in self.notes if note != ALREADY_STAGED]
+        if len(others) < len(self.notes):
+            done = f"{ALREADY_STAGED} from this source as it is now: nothing copied"
+        elif self.files:
+            done = f"{counted(self.files, 'file')} ({human_size(self.bytes)}) copied in {self.seconds:.1f}s"
+            done += f", {human_size(self.bytes / self.seconds)}/s" if self.bytes and self.seconds > 0 else ""
+        else:
+            done = "nothing left to copy" if self.skipped else "nothing to copy: the source holds no file"
+        if self.skipped:
+            done += f"; {counted(self.skipped, 'file')} already there from the interrupted stage it resumed"
+        return done + ("; verified" if self.verified else "") + (f" ({'; '.join(others)})" if others else "")
 
 
 class Halted(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from dltune.model import counted, human_size
 from dltune.staging.model import Entry, StageError
 from dltune.staging.room import Space, fstype_of
 from dltune.staging.scan import scan_tree
@@ -29,16 +30,18 @@ def preflight(entries: list[Entry], done_bytes: int, done_files: int, space: Spa
     reserve = int((space.free_bytes + max(need_bytes, 0)) * RESERVE_FRACTION)
     problems = []
     if need_bytes > space.free_bytes - reserve:
+        # Where the reserve alone tips it, it is named: "needs 5 MB, 5 MB free" would read as room.
+        kept = f" and {human_size(reserve)} kept free" if need_bytes <= space.free_bytes else ""
         problems.append(
-            f"needs {need_bytes / 1e9:.2f} GB in {block}-byte blocks, "
-            f"{space.free_bytes / 1e9:.2f} GB free at {dest}"
+            f"needs {human_size(need_bytes)} in {block}-byte blocks{kept}, "
+            f"{human_size(space.free_bytes)} free at {dest}"
         )
     if space.free_inodes and need_inodes > space.free_inodes:
         problems.append(f"needs {need_inodes} inodes, {space.free_inodes} free")
     if space.mem_available is not None and need_bytes > space.mem_available:
         problems.append(
-            f"{dest} is a {space.fstype}: its {need_bytes / 1e9:.2f} GB would come out of RAM "
-            f"({space.mem_available / 1e9:.2f} GB available)"
+            f"{dest} is a {space.fstype}: its {human_size(need_bytes)} would come out of RAM "
+            f"({human_size(space.mem_available)} available)"
         )
     if problems:
         raise StageError(
@@ -77,8 +80,14 @@ def plan_advice(src: Path, nodes: int = 1) -> list[str]:
 
 def advice(shown: str, size: int, count: int, fstype: str, nodes: int, directory: bool) -> list[str]:
     """plan_advice's judgement of what it read: `size` bytes in `count` files on a `fstype`."""
-    mean = size / count if count else 0
-    lines = [f"{shown}: {size / 1e9:.2f} GB in {count} file(s), mean {mean / 1e3:.1f} kB, on {fstype}"]
+    if not count:
+        return [f"{shown}: no file in it, on {fstype}: nothing to stage"]
+    mean = size / count
+    lines = [
+        f"{shown}: {human_size(size)} in {counted(count, 'file')}, "
+        + (f"mean {human_size(mean)}, " if count > 1 else "")
+        + f"on {fstype}"
+    ]
     if directory and count > PACK_FILES and mean < PACK_MEAN_BYTES:
         lines.append(
             "pack: many small files; keep them as one archive (tar or tar.zst) on the shared filesystem"
@@ -96,9 +105,9 @@ def advice(shown: str, size: int, count: int, fstype: str, nodes: int, directory
         )
     if nodes > 1 and size <= STAGE_GB * 1e9:
         lines.append(
-            f"broadcast: staged per node, {nodes} nodes read {nodes * size / 1e9:.2f} GB from the shared "
+            f"broadcast: staged per node, {nodes} nodes read {human_size(nodes * size)} from the shared "
             f"filesystem at job start; `dltune stage --broadcast SRC` in the batch script reads "
-            f"{size / 1e9:.2f} GB once and Slurm's sbcast fans it out (each node needs room for twice "
+            f"{human_size(size)} once and Slurm's sbcast fans it out (each node needs room for twice "
             "the dataset while it lands)"
         )
     return lines

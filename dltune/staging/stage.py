@@ -32,7 +32,15 @@ from dltune.staging.copy import (
     verify_tree,
 )
 from dltune.staging.destination import Destination, check_name, refuse_overlap
-from dltune.staging.model import Entry, StageError, Summary, Throttle, is_archive, staged_name
+from dltune.staging.model import (
+    ALREADY_STAGED,
+    Entry,
+    StageError,
+    Summary,
+    Throttle,
+    is_archive,
+    staged_name,
+)
 from dltune.staging.plan import allocated, check_bwlimit, preflight
 from dltune.staging.record import completed, describe_source, same_source, says_complete
 from dltune.staging.room import Space, space_at
@@ -175,7 +183,7 @@ def already_staged(place: Destination, identity: dict[str, Any], replace: bool) 
     if says_complete(record):
         mismatch = same_source(record or {}, identity)
     if mismatch is None:
-        return Summary(Path(place.shown(place.name)), notes=["already staged"])
+        return Summary(Path(place.shown(place.name)), notes=[ALREADY_STAGED])
     if not replace:
         raise StageError(
             f"{place.shown(place.name)} {mismatch}: give --replace to stage in its place, or another --to"

@@ -1,23 +1,28 @@
-"""The HTML report as a person sees it: 200 nodes rendered by headless Chromium (Debian's `chromium`
-package) in a 1,400-pixel-wide window. Every area header must lie inside the window and be the
-element actually drawn at its own centre (an overflow that hides or covers it does not count), and
-the page must not scroll sideways; the bench charts of 200 nodes x 8 GPUs stay under 600 pixels high
-and inside the window, with no label running into its bars."""
+"""The HTML report as a person sees it, in headless Chromium (Debian's `chromium` package) at 1,400 x
+900 pixels. 200 nodes of random findings: every area header lies inside the window and is the element
+actually drawn at its own centre (an overflow that hides or covers it does not count), the page does
+not scroll sideways, the bench charts of 200 nodes x 8 GPUs stay under 600 pixels high and inside the
+window, with no label running into its bars. The generated fleets of 5 and 200 nodes
+(tests/report_fleet.py): the first finding is on the first screen, no word on the page is broken
+across lines (a node's name, a check's id: `gpu00/2`, `env.cublas_wor/kspace` were), the stale and
+invalid nodes are grey, and the first screen is what docs/report-*-nodes.png show."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import random
 import re
-import shutil
-import subprocess
+import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dltune.fleet.cluster import load, render_html
 from dltune.model import AREAS
+from tests import report_fleet
 
 SCREEN_WIDTH = 1400
 # What a large audit produces: every area, several checks in each, long check ids and subjects.
@@ -66,12 +71,21 @@ window.addEventListener("load", () => {
 
 
 def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    found = report_fleet.chromium()
     if found is None:
         if os.environ.get("DLTUNE_LAB_REQUIRED"):
             pytest.fail("chromium is not installed (make pytest installs Debian's chromium)")
         pytest.skip("chromium is not installed (apt-get install chromium)")
     return found
+
+
+def measure(browser: str, file: Path, page: str, script: str) -> Any:
+    """What ``script`` measured in the page (its JSON in <pre id="measured">), drawn by Chromium."""
+    file.write_text(page.replace("</body>", script + "</body>"))
+    done = report_fleet.browse(browser, file, "--dump-dom")
+    match = re.search(r'<pre id="measured">(.*?)</pre>', done.stdout, flags=re.DOTALL)
+    assert match, f"no measurement from chromium (rc {done.returncode}): {done.stderr[-2000:]}"
+    return json.loads(html.unescape(match.group(1)))
 
 
 def write_nodes(directory: Path, count: int) -> None:
@@ -128,29 +142,8 @@ def test_two_hundred_nodes_fit_a_1400_pixel_screen(tmp_path: Path) -> None:
     reports.mkdir()
     write_nodes(reports, 200)
     page = render_html(load([reports]), "2026-11-24T00:00:00+00:00")
-    assert page.count("<tr><th>gpu-node-") == 200
-    measured_page = tmp_path / "report.html"
-    measured_page.write_text(page.replace("</body>", MEASURE + "</body>"))
-    done = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",  # CI runs as root
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            f"--window-size={SCREEN_WIDTH},900",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-            measured_page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    match = re.search(r'<pre id="measured">(.*?)</pre>', done.stdout, flags=re.DOTALL)
-    assert match, f"no measurement from chromium (rc {done.returncode}): {done.stderr[-2000:]}"
-    measured = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert page.count('<tr><th><span class="tok">gpu-node-') == 200  # every node has a finding
+    measured = measure(browser, tmp_path / "report.html", page, MEASURE)
     assert measured["innerWidth"] == SCREEN_WIDTH
     headers = measured["headers"]
     assert [h["text"] for h in headers] == list(AREAS)
@@ -168,3 +161,100 @@ def test_two_hundred_nodes_fit_a_1400_pixel_screen(tmp_path: Path) -> None:
         # Every label ends before the bars begin: none is clipped by or drawn over a bar.
         assert 0 < chart["widest_label"] <= chart["first_bar"], chart
         assert chart["text_right"] <= chart["svg_width"], f"a text runs out of its chart: {chart}"
+    # Long check ids, subjects and node names by the thousand: none broken inside a word.
+    layout = measure(browser, tmp_path / "layout.html", page, LAYOUT)
+    assert layout["words"] > 10_000 and layout["broken"] == [] and layout["split_tokens"] == [], layout[
+        "broken"
+    ][:20]
+
+
+# The generated fleets, measured where they are drawn: the first finding's box (the window not
+# scrolled); every word of the page's text that lies on more than one line (a break inside it), except
+# after a "/" of a long path (the page marks those <wbr>, so a path's parts are text nodes of their own);
+# every token the page never breaks (node names, check ids, statuses) on one line; each grid row's node,
+# class and cell backgrounds.
+LAYOUT = """
+<script>
+window.addEventListener("load", () => {
+  window.scrollTo(0, 0);
+  const first = document.querySelector("table.findings tr.finding").getBoundingClientRect();
+  const broken = [];
+  let words = 0;
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const range = document.createRange();
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest("svg, script, style")) continue;
+    for (const word of node.textContent.matchAll(/\\S+/g)) {
+      range.setStart(node, word.index);
+      range.setEnd(node, word.index + word[0].length);
+      const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0)
+        .map((r) => Math.round(r.top)));
+      words += 1;
+      if (lines.size > 1) broken.push(word[0]);
+    }
+  }
+  const tokens = [...document.querySelectorAll(".tok")].filter((t) => t.getClientRects().length);
+  const split = tokens.filter((t) => t.getClientRects().length > 1).map((t) => t.textContent);
+  const rows = [...document.querySelectorAll("table.matrix tr")].slice(1).map((tr) => ({
+    host: tr.querySelector("th .tok").textContent,
+    grey: tr.classList.contains("grey"),
+    backgrounds: [...tr.querySelectorAll("td")].map((td) => getComputedStyle(td).backgroundColor),
+    colours: [...tr.querySelectorAll("td, th, span, a")].map((e) => getComputedStyle(e).color),
+  }));
+  const out = document.createElement("pre");
+  out.id = "measured";
+  out.textContent = JSON.stringify({
+    first_finding: {top: first.top, bottom: first.bottom},
+    findings_before_grid: document.querySelector("table.findings").getBoundingClientRect().top
+      < document.querySelector("table.matrix").getBoundingClientRect().top,
+    broken: broken, words: words, tokens: tokens.length, split_tokens: split, rows: rows,
+    scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth,
+  });
+  document.body.appendChild(out);
+});
+</script>
+"""
+GREY = "rgb(238, 238, 238)"
+GREY_TEXT = "rgb(117, 117, 117)"
+
+
+def png_size(file: Path) -> tuple[int, int]:
+    data = file.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", file
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+@pytest.mark.parametrize("count", [5, 200])
+def test_the_generated_fleet_shows_its_findings_first_unbroken_and_its_stale_nodes_grey(
+    tmp_path: Path, count: int
+) -> None:
+    browser = chromium()
+    kinds = report_fleet.write_fleet(tmp_path / "nodes", count)
+    page = report_fleet.fleet_page(tmp_path, count).read_text()
+    measured = measure(browser, tmp_path / "measured.html", page, LAYOUT)
+    width, height = report_fleet.SCREEN
+    assert measured["innerWidth"] == width and measured["scrollWidth"] <= width
+    # The first finding lies whole on the first screen (the page's layout depends on the width only:
+    # --dump-dom's window keeps 87 pixels of its height for itself), above the grid.
+    assert 0 < measured["first_finding"]["top"] < measured["first_finding"]["bottom"] <= height, measured
+    assert measured["findings_before_grid"]
+    # No word of the page is broken across lines, and every name, id and status is one line.
+    assert measured["words"] > 100 * count**0.5 and measured["tokens"] > count
+    assert measured["broken"] == [] and measured["split_tokens"] == [], measured["broken"][:20]
+    # The grid holds the nodes with findings (the others are one line); stale, invalid and unreachable
+    # ones are grey, every cell and every text of their row: no status colour on what is old or unknown.
+    rows = {row["host"]: row for row in measured["rows"]}
+    greyed = kinds["stale"] + kinds["invalid"] + kinds["unreachable"]
+    assert set(rows) == {host for kind, hosts in kinds.items() if kind != "clean" for host in hosts}
+    for host in greyed:
+        assert rows[host]["grey"] and set(rows[host]["backgrounds"]) == {GREY}, rows[host]
+        assert set(rows[host]["colours"]) == {GREY_TEXT}, rows[host]
+    for host in kinds["nfs"] + kinds["ecc"]:
+        assert not rows[host]["grey"] and "rgb(198, 40, 40)" in rows[host]["backgrounds"], rows[host]
+    assert f"{len(kinds['clean'])} node(s) with no finding: " in page
+    # The first screen, as docs/report-*-nodes.png show it (python -m tests.report_fleet renews them).
+    shot = tmp_path / f"report-{count}-nodes.png"
+    report_fleet.screenshot(browser, tmp_path / "report.html", shot)
+    assert png_size(shot) == report_fleet.SCREEN
+    assert png_size(Path(__file__).parents[2] / "docs" / shot.name) == report_fleet.SCREEN

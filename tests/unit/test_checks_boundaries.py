@@ -124,9 +124,18 @@ def test_a_finding_says_which_gpus_and_what_dcgm_said(test: DcgmTest, summary: s
             (DcgmTest("memory", "fail"),),
             "3.1.0",
             Status.SKIP,
-            "DCGM level 2 (DCGM 3.1.0): 0 test(s) passed, 1 with findings (gpu.dcgm_*)",
+            "DCGM level 2 (DCGM 3.1.0): no test passed, 1 with findings (gpu.dcgm_*)",
             id="nothing-passed-beside-a-finding",
         ),
+        # Issue 46: these two were passes that said "0 test(s) passed": nothing vouches for the GPUs.
+        pytest.param(
+            (DcgmTest("eud", "skip"), DcgmTest("pcie", "skip")),
+            None,
+            Status.SKIP,
+            "DCGM level 2: no test passed, 2 skipped (eud, pcie)",
+            id="every-test-skipped-is-no-pass",
+        ),
+        pytest.param((), None, Status.SKIP, "DCGM level 2: no test in its output", id="no-test-is-no-pass"),
     ],
 )
 def test_the_summary_result_counts_what_passed_skipped_and_has_findings(

@@ -19,15 +19,23 @@ from typer.testing import CliRunner
 
 from dltune.cli import app
 from dltune.fleet.cluster import (
+    EVIDENCE_ITEMS,
+    SUMMARY_CHARS,
     NodeReport,
     bench_charts,
+    findings_by_check,
     firmware_outliers,
+    fleet_priced,
+    headline,
     load,
     merged_json,
+    node_rank,
     render_html,
     render_summary,
+    standing_word,
 )
 from dltune.outputs.report import STATUS_COLOUR
+from tests import report_fleet
 from tests.fuzzing import FUZZ
 
 NOW = datetime.now(timezone.utc)
@@ -114,7 +122,11 @@ def test_cli_writes_summary_json_and_html(tmp_path: Path) -> None:
     )
     assert outcome.exit_code == 1, outcome.output  # node2 fails, node3/node4 missing
     assert "4 node(s), 1 healthy" in outcome.output and "UNREACHABLE" in outcome.output
-    assert "FAIL storage.data_noatime [/data]" in outcome.output
+    # Each finding with what is wrong (the console may be 80 columns: the findings cell wraps).
+    cells = " ".join(
+        line.split("│")[-2].strip() for line in outcome.output.splitlines() if line.startswith("│")
+    )
+    assert "FAIL storage.data_noatime [/data]: storage.data_noatime fail" in cells
     merged = json.loads((tmp_path / "r.json").read_text())
     assert [n["host"] for n in merged["nodes"]] == ["node1", "node2", "node3", "node4"]
     page = (tmp_path / "r.html").read_text()
@@ -380,9 +392,16 @@ def test_findings_of_one_shared_dependency_are_one_line_not_n_nodes(tmp_path: Pa
         )
     for i in range(3):
         (reports / f"cpu{i}.json").write_text(
-            json.dumps(envelope(f"cpu{i}", [shared("nfs.vip_mounts", "fail", "NFS server 10.0.1.7"),
-                                            shared("system.time_sync", "fail", "time source (NTP servers)")]))
-        )  # fmt: skip
+            json.dumps(
+                envelope(
+                    f"cpu{i}",
+                    [
+                        shared("nfs.vip_mounts", "fail", "NFS server 10.0.1.7"),
+                        shared("system.time_sync", "fail", "time source (NTP servers)"),
+                    ],
+                )
+            )
+        )
     (reports / "lone.json").write_text(json.dumps(envelope("lone", [shared("gpu.ecc", "fail", None)])))
     nodes = load([reports])
     out = io.StringIO()
@@ -400,3 +419,231 @@ def test_findings_of_one_shared_dependency_are_one_line_not_n_nodes(tmp_path: Pa
     ]
     page = render_html(nodes, "now")
     assert "NFS server 10.0.0.5: 212 node(s)" in page and "lone" not in str(merged)
+
+
+# Issue 46: the report as an administrator reads it, on the generated fleets (tests/report_fleet.py).
+
+
+@pytest.fixture(scope="module")
+def fleet_200(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[NodeReport], dict[str, list[str]]]:
+    directory = tmp_path_factory.mktemp("fleet")
+    kinds = report_fleet.write_fleet(directory, 200)
+    return fleet_priced(load([directory])), kinds
+
+
+def summary(nodes: list[NodeReport], width: int = 160, show_all: bool = False) -> str:
+    out = io.StringIO()
+    render_summary(nodes, Console(file=out, width=width), show_all=show_all)
+    return out.getvalue()
+
+
+def node_rows(text: str) -> list[tuple[str, str]]:
+    """(node, worst) of each row of the summary's node table."""
+    return re.findall(r"^│ (\S+)\s+│ (\S+)\s+│", text, flags=re.MULTILINE)
+
+
+def test_the_summary_reads_title_costs_shared_dependency_rollup_then_nodes(
+    fleet_200: tuple[list[NodeReport], dict[str, list[str]]],
+) -> None:
+    """200 generated nodes: the title line first, with one count of the healthy nodes and what they
+    hold (the fold line's count is the title's), what the others are; then what to fix first, the
+    shared dependency (it came after the 40-row table), the findings by check (above the title, it
+    was), and the nodes."""
+    nodes, kinds = fleet_200
+    text = summary(nodes)
+    lines = text.splitlines()
+    assert lines[0] == "dltune report: 200 node(s), 173 healthy (155 with no finding, 18 with warnings only)"
+    assert lines[1] == "not healthy: 20 failing, 4 stale, 2 invalid, 1 unreachable"
+    assert lines[2].startswith("what to fix first: ")
+    shared = text.index("shared dependency NFS server 10.0.0.5: 8 node(s) (nfs.responsive)")
+    assert lines[2] in text[:shared] and shared < text.index("findings by check") < text.index("┃ node")
+    assert f"{len(kinds['clean'])} node(s) with no finding: gpu" in text and len(kinds["clean"]) == 155
+    assert len(kinds["warn_only"]) == 18
+
+
+def test_findings_by_check_count_every_node_the_gravest_first(
+    fleet_200: tuple[list[NodeReport], dict[str, list[str]]],
+) -> None:
+    """Severity first (no usable report, fail, error, stale, warn), then nodes, then GPU-hours a day:
+    the 8-node NFS fail and the 7-node ECC fail above the two 20-node warnings (node count first put
+    them below); of the two warnings on 20 nodes the priced one first (by name, env.* came first);
+    invalid, unreachable and stale nodes are lines of their own (they were left out)."""
+    nodes, kinds = fleet_200
+    lines = findings_by_check(nodes)
+    assert [(line.what, line.status, len(line.hosts)) for line in lines] == [
+        ("INVALID", "no report", 2),
+        ("UNREACHABLE", "no report", 1),
+        ("nfs.responsive", "fail", 8),
+        ("gpu.ecc", "fail", 7),
+        ("storage.tmp_tmpfs", "fail", 5),
+        ("STALE", "stale", 4),
+        ("gpu.clocks", "warn", 20),
+        ("env.cublas_workspace", "warn", 20),
+    ]
+    assert lines[3].gpu_hours_per_day == 7 * 192 and lines[-1].gpu_hours_per_day is None
+    counted = {host for line in lines for host in line.hosts}
+    assert counted == {host for kind, hosts in kinds.items() if kind != "clean" for host in hosts}
+    text = summary(nodes)
+    rollup = text[text.index("findings by check") : text.index("┏")].splitlines()[1:]
+    assert [line.split(" on ")[0].strip() for line in rollup] == [
+        "INVALID",
+        "UNREACHABLE",
+        "nfs.responsive fail",
+        "gpu.ecc fail",
+        "storage.tmp_tmpfs fail",
+        "STALE",
+        "gpu.clocks warn",
+        "env.cublas_workspace warn",
+    ]
+    assert rollup[3].startswith("  gpu.ecc fail on 7 node(s), 1344.0 GPU-hours a day: ")
+
+
+def test_nodes_with_as_many_findings_order_by_price_only_after_severity_and_nodes() -> None:
+    def node(host: str, *findings: tuple[str, str, float | None]) -> NodeReport:
+        results = []
+        for check, status, hours in findings:
+            impact = {"basis": "unpriced", "why": "x"}
+            if hours is not None:
+                impact = {"basis": "measured", "scope": check, "gpus": 1, "gpu_hours_per_day": hours}
+            results.append({**result(check, status), "impact": impact})
+        return NodeReport(host, results)
+
+    nodes = [
+        node("a", ("gpu.cheap", "warn", 1.0), ("gpu.dear", "warn", 9.0), ("system.odd", "warn", None)),
+        node("b", ("gpu.cheap", "warn", 1.0), ("gpu.dear", "warn", 9.0), ("system.odd", "warn", None)),
+        node("c", ("system.odd", "warn", None), ("storage.x", "error", None)),
+        node("d", ("gpu.lone", "fail", 50.0)),
+    ]
+    assert [line.what for line in findings_by_check(nodes)] == [
+        "gpu.lone",  # fail before error before warn, whatever the nodes
+        "storage.x",
+        "system.odd",  # 3 nodes before 2, priced or not
+        "gpu.dear",  # 2 nodes each: the dearer first
+        "gpu.cheap",
+    ]
+
+
+def test_nodes_rank_as_what_they_are_and_their_worst_says_it() -> None:
+    """A stale report ranks after the nodes that fail or err and before the ones that warn, and its
+    worst says STALE (it sorted with the failing ones while saying warn); a node without a usable report
+    first, its kind in capitals."""
+    stale_until = "2020-01-01T00:00:00+00:00"
+    nodes = [
+        NodeReport("a-warn", [result("system.time_sync", "warn")]),
+        NodeReport(
+            "b-stale-warn",
+            [result("system.time_sync", "warn")],
+            stale=f"b.json was valid until {stale_until}",
+        ),
+        NodeReport(
+            "c-stale-fail", [result("gpu.ecc", "fail")], stale=f"c.json was valid until {stale_until}"
+        ),
+        NodeReport("d-error", [result("gpu.dcgm", "error")]),
+        NodeReport("e-fail", [result("gpu.ecc", "fail")]),
+        NodeReport("f-invalid", problem="invalid: f.json: $: an object expected, found list"),
+        NodeReport("g-pass", [result("gpu.ecc", "pass")]),
+    ]
+    expected = [
+        ("f-invalid", "INVALID"),
+        ("e-fail", "fail"),
+        ("d-error", "error"),
+        ("b-stale-warn", "STALE"),
+        ("c-stale-fail", "STALE"),
+        ("a-warn", "warn"),
+        ("g-pass", "pass"),
+    ]
+    assert [(n.host, standing_word(n)) for n in sorted(nodes, key=node_rank)] == expected
+    assert node_rows(summary(nodes, show_all=True)) == expected
+    text = summary(nodes)
+    assert "g-pass" not in "".join(line for line in text.splitlines() if line.startswith("│"))
+    assert "STALE: c.json was valid until 2020-01-01T00:00:00+00:00; it said then:" in text
+
+
+def test_each_finding_in_the_node_table_says_what_is_wrong(
+    fleet_200: tuple[list[NodeReport], dict[str, list[str]]],
+) -> None:
+    """The findings column showed check ids only ("FAIL gpu.ecc [GPU 3]"): now each with its summary, a
+    GPU named by its index; a long summary cut at SUMMARY_CHARS (the page and the JSON hold it whole)."""
+    nodes, kinds = fleet_200
+    text = summary(nodes, width=200)
+    assert re.search(r"FAIL gpu\.ecc \[GPU \d\]: GPU \d: 2 uncorrected ECC errors \(volatile", text)
+    assert "FAIL nfs.responsive [/mnt/datasets]: /mnt/datasets (NFS server 10.0.0.5) did not answer" in text
+    long = NodeReport("n", [{**result("gpu.ecc", "fail"), "summary": "x" * (SUMMARY_CHARS + 50)}])
+    cut = summary([long], width=400)
+    assert "x" * (SUMMARY_CHARS - 1) + "\u2026" in cut and "x" * SUMMARY_CHARS not in cut
+    assert (node_rows(text)[0], node_rows(text)[3]) == (
+        (kinds["invalid"][0], "INVALID"),
+        (kinds["ecc"][0], "fail"),
+    )
+
+
+def test_the_headline_counts_each_node_once() -> None:
+    """healthy = no finding + warnings only; the others by what they are; a fleet with no warning says
+    no parenthesis, a healthy fleet no second line."""
+    nodes = [NodeReport("a", [result("gpu.ecc", "pass")]), NodeReport("b", [result("gpu.ecc", "pass")])]
+    assert headline(nodes) == ["dltune report: 2 node(s), 2 healthy"]
+    nodes.append(NodeReport("c", problem="not installed: dltune is not on the PATH"))
+    nodes.append(NodeReport("d", problem="the node said something without a colon"))
+    assert headline(nodes) == [
+        "dltune report: 4 node(s), 2 healthy",
+        "not healthy: 1 no report, 1 not installed",
+    ]
+
+
+def test_the_page_puts_findings_first_folds_the_clean_nodes_and_greys_the_stale_and_invalid(
+    fleet_200: tuple[list[NodeReport], dict[str, list[str]]],
+) -> None:
+    nodes, kinds = fleet_200
+    page = render_html(nodes, "now")
+    order = [
+        "<b>dltune report: 200 node(s)",
+        "<h2>What to fix first</h2>",
+        "<h2>Shared dependencies failing</h2>",
+        "<h2>Findings</h2>",
+        '<table class="matrix">',
+        '<details class="clean"><summary>155 node(s) with no finding: ',
+    ]
+    assert [page.index(part) for part in order] == sorted(page.index(part) for part in order)
+    matrix = page[
+        page.index('<table class="matrix">') : page.index("</table>", page.index('<table class="matrix">'))
+    ]
+    rows = dict(re.findall(r'<tr( class="grey")?><th><span class="tok">([^<]+)</span>', matrix)[::-1])
+    rows = {
+        host: grey
+        for grey, host in re.findall(r'<tr( class="grey")?><th><span class="tok">([^<]+)</span>', matrix)
+    }
+    assert set(rows) == {host for kind, hosts in kinds.items() if kind != "clean" for host in hosts}
+    greyed = set(kinds["stale"] + kinds["invalid"] + kinds["unreachable"])
+    assert {host for host, grey in rows.items() if grey} == greyed
+    # A stale node's cells carry no status colour; a failing node's do.
+    stale_row = matrix[matrix.index(f'<span class="tok">{kinds["stale"][0]}</span>') :].split("</tr>")[0]
+    ecc_row = matrix[matrix.index(f'<span class="tok">{kinds["ecc"][0]}</span>') :].split("</tr>")[0]
+    assert "background:" not in stale_row and f"background:{STATUS_COLOUR['fail']}" in ecc_row
+    findings = page[page.index("<h2>Findings</h2>") : page.index('<table class="matrix">')]
+    assert findings.count('<tr class="finding grey" id=') == len(greyed)
+    first = re.search(r'<tr class="finding[^"]*" id="node-0"><td><span class="tok">([^<]+)<', findings)
+    assert first and first.group(1) == kinds["invalid"][0]
+
+
+def test_evidence_reads_as_key_value_lines_and_ids_never_break() -> None:
+    evidence = {
+        "uncorrected": {"volatile": 2},
+        "reasons": ["hw_slowdown", "power_brake"],
+        "flag": True,
+        "path": "/data/volume-3/with/a/rather/long/path",
+        **{f"k{i}": i for i in range(EVIDENCE_ITEMS)},
+    }
+    node = NodeReport(
+        "gpu-node-017.example.org", [{**result("env.cublas_workspace", "warn"), "evidence": evidence}]
+    )
+    page = render_html([node], "now")
+    cell = page[page.index('<td class="ev">') :].split("</td>")[0]
+    assert '<span class="k">uncorrected.volatile</span>: 2' in cell
+    assert '<span class="k">reasons</span>: hw_slowdown, power_brake' in cell and "flag</span>: true" in cell
+    assert '/data/<wbr><span class="tok">volume-3/</span><wbr>with/' in cell  # a long path breaks at "/"
+    assert "{" not in cell and "the merged JSON holds the rest" in cell
+    # Node names and check ids are tokens the page never breaks; a word with a hyphen is kept whole.
+    assert '<td><span class="tok">gpu-node-017.example.org</span></td>' in page
+    assert '<td><span class="tok">env.cublas_workspace</span></td>' in page
+    assert ".tok, table.costs td:first-child { white-space: nowrap; }" in page
+    assert "overflow-wrap: anywhere" not in page

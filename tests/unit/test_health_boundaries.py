@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from dltune import cli
 from dltune.checks.fabric import emit_expectations, hca_pcie, link_level, memlock, pcie_acs, topology
 from dltune.checks.gpu import CORRECTABLE_RISE_WARN, ecc, sxid
 from dltune.checks.storage import ENDURANCE_WARN, judge_nvme, nvme_health
@@ -303,15 +305,44 @@ def test_memlock_is_slurmd_s_own_limit_when_slurmd_runs(tmp_path: Path) -> None:
 
 
 def test_emit_expectations_prints_yaml_the_role_validates(tmp_path: Path) -> None:
+    """A GPU with a NUMA node and no RDMA adapter: its NUMA map, and a comment saying why there is no
+    adapter map (issue 46: an empty map `{}`, pasted over a group's, would unset what it expects). The
+    first line says the node was read, not judged (it said "a node judged healthy" without judging)."""
     _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0", kind="gpu", numa=1)
     out = CliRunner().invoke(app, ["audit", "--root", str(tmp_path), "--emit-expectations"])
     assert out.exit_code == 0, out.output
     lines = out.stdout.splitlines()
+    assert lines[0].endswith(
+        ": its GPU-NIC topology as read, not judged (emit from a node known to be healthy)"
+    )
+    assert "judged healthy" not in out.stdout
     assert lines[1:] == [
         "dltune_health_gpu_numa_nodes:",
         '  "0000:01:00.0": 1',
-        "dltune_health_gpu_nearest_nics: {}",
+        "# dltune_health_gpu_nearest_nics: not emitted: no RDMA adapter on the PCI bus is reachable from "
+        "the GPUs",
     ]
+
+
+def test_emit_expectations_with_nothing_to_emit_says_so_on_stderr_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 46: a node without GPUs printed two empty maps under "a node judged healthy", exit 0: an
+    admin pasting it into group_vars would unset the group's expectations. Now nothing on stdout (so
+    `>> group_vars/x.yml` adds nothing), one line on stderr naming why, exit 2; the same for GPUs of
+    which nothing is known (no NUMA node, no adapter)."""
+    code = cli.run(["audit", "--root", str(tmp_path), "--emit-expectations"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err == (
+        "dltune audit: --emit-expectations: nothing to emit: no GPU on this node's PCI bus "
+        f"({tmp_path}/sys/bus/pci/devices); run it on a GPU node of the model the group holds\n"
+    )
+    _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0", kind="gpu", numa=-1)
+    code = cli.run(["audit", "--root", str(tmp_path), "--emit-expectations"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert "1 GPU(s) on the PCI bus, none with a NUMA node or a reachable RDMA adapter" in err
 
 
 def _memory_of_log(text: str) -> dict:

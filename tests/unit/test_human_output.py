@@ -42,7 +42,7 @@ def test_the_node_table_puts_findings_first_folds_skips_and_reads_at_100_columns
     statuses = row_statuses(text)
     assert statuses[:2] == ["FAIL", "FAIL"] and statuses == sorted(statuses, key=order.index)
     assert "SKIP" not in statuses
-    assert f"{skipped} skipped (not applicable on this node): `dltune audit --all` lists them" in text
+    assert text.rstrip().endswith(f"{skipped} skipped: `dltune audit --all` lists every check")
     assert max(len(line) for line in text.splitlines()) <= WIDTH
     # Check ids never fold mid-name, and each finding's remedy is under it.
     assert "storage.data_noatime" in text and "fix: apply role data_disks" in text
@@ -112,14 +112,14 @@ def test_gpus_show_as_their_index_and_passes_fold_into_one_line() -> None:
     results.append(Result("storage.nvme_health", Status.SKIP, "no NVMe data disk"))
     text = rendered(results)
     assert row_statuses(text) == ["WARN"] and "│ GPU 3 " in text and "GPU-" not in text
-    assert "8 passed, 1 skipped (not applicable on this node): `dltune audit --all` lists them" in text
+    assert "1 warning, 8 passed, 1 skipped: `dltune audit --all` lists every check" in text
     every = rendered(results, show_all=True)
     # Eight passes of one check take one row ("8 subjects"), its others named by index too.
     assert row_statuses(every) == ["WARN", "PASS", "SKIP"] and "--all" not in every
     assert "8 subjects" in every and "more: GPU 1, GPU 2," in every and "GPU-" not in every
     clean = rendered([r for r in results if r.status is Status.PASS])
-    assert row_statuses(clean) == [] and "dltune audit of node1: no findings" in clean
-    assert "8 passed: `dltune audit --all` lists them" in clean
+    assert row_statuses(clean) == []
+    assert clean == "dltune audit of node1: no findings; 8 passed: `dltune audit --all` lists every check\n"
 
 
 def test_check_never_folds_the_bench_it_was_asked_to_run() -> None:
@@ -135,7 +135,7 @@ def test_check_never_folds_the_bench_it_was_asked_to_run() -> None:
     )
     text = out.getvalue()
     assert row_statuses(text) == ["SKIP"] and "PyTorch is not installed" in text
-    assert "1 passed, 1 skipped (not applicable on this node): `dltune check --all` lists them" in text
+    assert "no findings; 1 passed, 2 skipped: `dltune check --all` lists every check" in text
     assert "PyTorch" not in rendered(results)  # not asked for: folded like any skip
 
 
@@ -169,3 +169,30 @@ def test_at_scale_the_summary_rolls_findings_up_by_check_and_bounds_the_node_tab
     every = io.StringIO()
     render_summary(load([tmp_path]), Console(file=every, width=WIDTH), show_all=True)
     assert len([line for line in every.getvalue().splitlines() if line.startswith("│ gpu")]) == 60
+
+
+def test_the_table_ends_with_one_summary_line_that_counts_every_status_once() -> None:
+    """Issue 46: the table ended with "8 passed, 1 skipped (...): --all lists them" and then "1 warn,
+    8 pass, 1 skip", the same counts said twice in two vocabularies. One line now, in the table's
+    order, each count with its noun in its number; `--all` is named only when it would show more."""
+    results = [
+        Result("gpu.ecc", Status.FAIL, "uncorrected ECC errors", subject="0"),
+        Result("gpu.xid", Status.ERROR, "bug"),
+        Result("gpu.xid2", Status.ERROR, "bug"),
+        Result("gpu.thermal_power", Status.WARN, "hot"),
+        Result("storage.tmp_tmpfs", Status.PASS, "ok"),
+        Result("storage.nvme_health", Status.SKIP, "no NVMe data disk"),
+    ]
+    text = rendered(results)
+    summary = [line for line in text.splitlines() if "passed" in line or "skipped" in line]
+    assert summary == [
+        "1 failed, 2 errors, 1 warning, 1 passed, 1 skipped: `dltune audit --all` lists every check"
+    ]
+    assert text.splitlines()[-1] == summary[0]
+    every = rendered(results, show_all=True)
+    assert every.splitlines()[-1] == "1 failed, 2 errors, 1 warning, 1 passed, 1 skipped"
+    assert not re.search(r"\d+ (pass|skip|warn|fail|error)\b", text + every), "the old second line"
+    assert rendered([]) == "dltune audit of node1: no checks ran\n"
+    assert rendered([], show_all=True) == "dltune audit of node1: no checks ran\n"
+    only_passes = rendered([Result("gpu.ecc", Status.PASS, "ok")], show_all=True)
+    assert only_passes.splitlines()[-1] == "dltune audit of node1: no findings; 1 passed"

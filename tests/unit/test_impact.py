@@ -249,7 +249,9 @@ def test_the_report_opens_with_what_costs_the_fleet_most_at_200_nodes() -> None:
     assert unpriced == [("system.time_sync", "warn", [f"gpu{i:03d}" for i in range(160, 200)])]
     out = io.StringIO()
     render_summary(nodes, Console(file=out, width=400))
-    lines = out.getvalue().splitlines()
+    # The title line first (and what the nodes not healthy are), then what to fix first.
+    title, others, *lines = out.getvalue().splitlines()
+    assert title.startswith("dltune report: 200 node(s), 197 healthy") and others == "not healthy: 3 failing"
     assert (
         lines[0]
         == f"what to fix first: {20 * 8 * 24 * 0.3 + 720 + 576:.1f} GPU-hours a day lost across the fleet"
@@ -337,10 +339,10 @@ def test_a_scratch_directory_swapped_during_the_measurement_is_never_written_thr
 
 
 def test_the_first_section_stays_short_above_the_grid() -> None:
-    """Thirty unpriced checks: ten rows and "+20 more", the grid right after (the findings table below
-    lists every one)."""
+    """Thirty unpriced checks: ten rows and "+20 more", the findings right after (their table lists
+    every one)."""
     results = [Result(f"system.odd_{i:02d}", Status.WARN, "odd") for i in range(30)]
     page = render_html([node_file("n1", price(results, Node(gpus=8)))], "now")
-    first = page[page.index("<h2>What to fix first</h2>") : page.index('<table class="matrix">')]
+    first = page[page.index("<h2>What to fix first</h2>") : page.index("<h2>Findings</h2>")]
     assert first.count("<td>system.odd_") == 10 and "+20 more (the findings below)" in first
-    assert page.count("<td>system.odd_") == 10 + 30  # and all of them in the findings table
+    assert page.count('<td><span class="tok">system.odd_') == 30  # all of them in the findings table

@@ -232,7 +232,7 @@ def test_the_human_table_groups_thousands_of_one_finding_and_json_keeps_each() -
     render_human(results, Console(file=out, width=200), "node1")
     text = out.getvalue()
     assert "5000 subjects" in text and "(and 4999 more: /b/1, /b/2, /b/3, ...)" in text
-    assert text.count("storage.data_noatime") == 1 and "5000 warn" in text
+    assert text.count("storage.data_noatime") == 1 and "5000 warnings, 1 passed" in text
     assert len(json.loads(render_json(results, "node1", datetime.now(timezone.utc)))["results"]) == 5001
 
 

@@ -284,8 +284,8 @@ _ULIMIT = re.compile(r"max locked memory\s+\(kbytes, -l\)\s+(?P<value>\S+)")
 
 @pytest.mark.parametrize("sample", samples("memlock"), ids=str)
 def test_locked_memory_limits(sample: Sample) -> None:
-    """fabric.memlock: unlimited passes, any limit fails saying it in KiB (/proc/<pid>/limits is in
-    bytes, the probe's own parser; `ulimit -a` in KiB)."""
+    """fabric.memlock: unlimited passes, any limit fails saying it as a person reads it, "64 KiB",
+    "8 MiB" (/proc/<pid>/limits is in bytes, the probe's own parser; `ulimit -a` in KiB)."""
     body = "\n".join(_unquoted(sample.body))
     limit = parse_memlock(body)
     if limit is None:

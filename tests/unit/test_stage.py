@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -200,7 +201,18 @@ def test_cli_prints_the_path_alone_on_stdout_and_plans(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{tmp_path / 'local/imagenet-mini'}\n"
-    assert "files" in done.stderr and "MB/s" in done.stderr and "verified" in done.stderr
+    assert re.search(
+        r"staged .*: \d+ files \([\d.]+ [kMG]?B\) copied in [\d.]+s, [\d.]+ [kMG]?B/s; verified", done.stderr
+    )
+    again = subprocess.run(
+        [sys.executable, "-m", "dltune.cli", "stage", str(src), "--to", str(tmp_path / "local")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert again.returncode == 0 and again.stdout == done.stdout
+    assert "already staged from this source as it is now: nothing copied" in again.stderr
+    assert "0 files" not in again.stderr and "0.0 MB" not in again.stderr
     plan = subprocess.run(
         [sys.executable, "-m", "dltune.cli", "stage", str(src), "--plan"],
         capture_output=True,

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from dltune import staging
 from dltune.cli import app
+from dltune.model import human_size
 from dltune.staging import Space, StageError
 from dltune.staging import broadcast as stage_broadcast
 from tests.unit.test_stage import make_dataset, tree_state
@@ -221,7 +222,7 @@ def test_plan_advises_a_broadcast_for_a_job_of_several_nodes_with_the_read_volum
     job = runner.invoke(app, ["stage", str(src), "--plan"], env={"SLURM_JOB_NUM_NODES": "32"})
     assert job.exit_code == 0, job.output
     line = next(x for x in job.output.splitlines() if x.startswith("broadcast:"))
-    assert f"32 nodes read {32 * size / 1e9:.2f} GB" in line and f"reads {size / 1e9:.2f} GB once" in line
+    assert f"32 nodes read {human_size(32 * size)} from" in line and f"reads {human_size(size)} once" in line
     assert "--broadcast" in line
     explicit = runner.invoke(app, ["stage", str(src), "--plan", "--nodes", "4"])
     assert "4 nodes read" in explicit.output

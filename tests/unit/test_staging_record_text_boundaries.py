@@ -286,28 +286,32 @@ def refusal(entries: list[Entry], space: Space) -> str:
     return str(refused.value)
 
 
-def test_the_preflight_shows_gigabytes_rounded_to_the_hundredth() -> None:
-    """5,000,000 bytes are 0.005 GB: shown 0.01, in byte blocks here so that nothing is rounded up."""
+def test_the_preflight_shows_sizes_in_the_unit_a_person_reads() -> None:
+    """Issue 46: 5 MB against 4 MB read "0.01 GB would come out of RAM (0.00 GB available)"; now each
+    size in three digits of its own unit (byte blocks here, so that nothing is rounded up). Where only
+    the reserve kept for other jobs is missing, the refusal names it: "needs 5 MB, 5 MB free" alone
+    would read as room."""
     five_mb = [Entry("f", "file", 5_000_000)]
     assert refusal(five_mb, Space(5_000_000, 100, "ext4", block_size=1)) == (
-        "not enough room, nothing copied: needs 0.01 GB in 1-byte blocks, 0.01 GB free at /scratch" + AFTER
+        "not enough room, nothing copied: needs 5 MB in 1-byte blocks and 200 kB kept free, 5 MB free at "
+        "/scratch" + AFTER
     )
     assert refusal(five_mb, Space(10**12, 100, "tmpfs", mem_available=4_000_000, block_size=1)) == (
-        "not enough room, nothing copied: /scratch is a tmpfs: its 0.01 GB would come out of RAM "
-        "(0.00 GB available)" + AFTER
+        "not enough room, nothing copied: /scratch is a tmpfs: its 5 MB would come out of RAM "
+        "(4 MB available)" + AFTER
     )
     six_mb = [Entry("f", "file", 6_000_000)]
     assert refusal(six_mb, Space(10**12, 100, "tmpfs", mem_available=5_000_000, block_size=1)) == (
-        "not enough room, nothing copied: /scratch is a tmpfs: its 0.01 GB would come out of RAM "
-        "(0.01 GB available)" + AFTER
+        "not enough room, nothing copied: /scratch is a tmpfs: its 6 MB would come out of RAM "
+        "(5 MB available)" + AFTER
     )
 
 
 def test_every_shortage_is_named_in_one_sentence() -> None:
     entries = [Entry("a", "file", 1), Entry("b", "file", 1)]
     assert refusal(entries, Space(4096, 1, "tmpfs", mem_available=0)) == (
-        "not enough room, nothing copied: needs 0.00 GB in 4096-byte blocks, 0.00 GB free at /scratch; "
-        "needs 2 inodes, 1 free; /scratch is a tmpfs: its 0.00 GB would come out of RAM (0.00 GB available)"
+        "not enough room, nothing copied: needs 8.19 kB in 4096-byte blocks, 4.1 kB free at /scratch; "
+        "needs 2 inodes, 1 free; /scratch is a tmpfs: its 8.19 kB would come out of RAM (0 B available)"
         + AFTER
     )
 
@@ -325,15 +329,15 @@ SHARED = "shared: over ~100 GB, read it from the shared filesystem (spread over 
 
 def broadcast(nodes: int, read: str, once: str) -> str:
     return (
-        f"broadcast: staged per node, {nodes} nodes read {read} GB from the shared filesystem at job start; "
-        f"`dltune stage --broadcast SRC` in the batch script reads {once} GB once and Slurm's sbcast fans it "
+        f"broadcast: staged per node, {nodes} nodes read {read} from the shared filesystem at job start; "
+        f"`dltune stage --broadcast SRC` in the batch script reads {once} once and Slurm's sbcast fans it "
         "out (each node needs room for twice the dataset while it lands)"
     )
 
 
 def test_plan_lines_word_for_word() -> None:
     assert advice("/d", 11_000 * 1000, 11_000, "nfs4", 1, True) == [
-        "/d: 0.01 GB in 11000 file(s), mean 1.0 kB, on nfs4",
+        "/d: 11 MB in 11000 files, mean 1 kB, on nfs4",
         PACK,
         MEMORY,
     ]
@@ -341,14 +345,17 @@ def test_plan_lines_word_for_word() -> None:
     assert advice("/d", 500 * 10**9, 10, "nfs4", 4, True)[1:] == [SHARED]
 
 
-def test_plan_gigabytes_are_rounded_to_the_hundredth() -> None:
-    """0.005 GB shows as 0.01: the first line, the bytes each node reads, and the broadcast's one read."""
+def test_plan_sizes_read_in_their_own_unit() -> None:
+    """Issue 46: 5 MB read "0.01 GB ..., mean 5000.0 kB" and 2.5 MB "reads 0.00 GB once": each size
+    now in three digits of its own unit (the first line, each node's read, the broadcast's one read);
+    one file has no mean, and an empty source is said so, with nothing to advise."""
     assert advice("/d", 5_000_000, 1, "ext4", 2, False) == [
-        "/d: 0.01 GB in 1 file(s), mean 5000.0 kB, on ext4",
+        "/d: 5 MB in 1 file, on ext4",
         MEMORY,
-        broadcast(2, "0.01", "0.01"),
+        broadcast(2, "10 MB", "5 MB"),
     ]
-    assert advice("/d", 2_500_000, 1, "ext4", 2, False)[2] == broadcast(2, "0.01", "0.00")
+    assert advice("/d", 2_500_000, 1, "ext4", 2, False)[2] == broadcast(2, "5 MB", "2.5 MB")
+    assert advice("/d", 0, 0, "ext4", 2, True) == ["/d: no file in it, on ext4: nothing to stage"]
 
 
 @pytest.fixture
@@ -370,17 +377,17 @@ def test_plan_of_a_directory_counts_its_files(tmp_path: Path, fstypes: list[Path
     (src / "a").write_bytes(b"x" * 3000)
     (src / "sub" / "b").write_bytes(b"x" * 5000)
     (src / "link").symlink_to("a")
-    assert plan_advice(src) == [f"{src}: 0.00 GB in 2 file(s), mean 4.0 kB, on fakefs", MEMORY]
+    assert plan_advice(src) == [f"{src}: 8 kB in 2 files, mean 4 kB, on fakefs", MEMORY]
     assert fstypes == [src]
-    assert plan_advice(src, 3)[-1] == broadcast(3, "0.00", "0.00")
+    assert plan_advice(src, 3)[-1] == broadcast(3, "24 kB", "8 kB")
 
 
 def test_plan_of_a_file_is_one_file(tmp_path: Path, fstypes: list[Path]) -> None:
     src = tmp_path / "ds.tar"
     src.write_bytes(b"x" * 7000)
-    assert plan_advice(src) == [f"{src}: 0.00 GB in 1 file(s), mean 7.0 kB, on fakefs", MEMORY]
+    assert plan_advice(src) == [f"{src}: 7 kB in 1 file, on fakefs", MEMORY]
     assert fstypes == [src]
-    assert plan_advice(src, 2)[-1] == broadcast(2, "0.00", "0.00")
+    assert plan_advice(src, 2)[-1] == broadcast(2, "14 kB", "7 kB")
 
 
 def test_plan_advises_packing_a_directory_never_a_single_file(

@@ -8,10 +8,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import FIXTURES
 
-# Never needed to audit a node: other commands, the fleet's report, the bench, staging, and
-# importlib.metadata (the version is a literal).
+# Never needed to audit a node: other commands, the fleet's report, the health check (without
+# --slurm-drain), the bench, staging, and importlib.metadata (the version is a literal).
 NOT_FOR_AN_AUDIT = (
     "dltune.commands.bench",
     "dltune.commands.check",
@@ -22,6 +24,7 @@ NOT_FOR_AN_AUDIT = (
     "dltune.commands.healthcheck",
     "dltune.commands.remedy",
     "dltune.fleet.cluster",
+    "dltune.fleet.slurm_health",
     "dltune.bench",
     "dltune.staging",
     "importlib.metadata",
@@ -55,3 +58,16 @@ def test_the_whole_help_still_lists_every_command() -> None:
 
     assert done.returncode == 0
     assert all(f" {name} " in done.stdout for name in COMMANDS), done.stdout
+
+
+@pytest.mark.parametrize("columns", ["0", "abc", "\u00b2", "99999"])
+def test_a_columns_that_is_no_width_is_ignored_by_the_help(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], columns: str
+) -> None:
+    """rich would print an empty page at COLUMNS=0 and fail on a non-ASCII digit: dltune.cli drops it."""
+    from dltune import cli
+
+    monkeypatch.setenv("COLUMNS", columns)
+    assert cli.run(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Audit and benchmark" in out and max(len(line) for line in out.splitlines()) <= 200
