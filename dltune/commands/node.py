@@ -151,8 +151,8 @@ def earlier_counters(previous: Path | None, facts_file: Path | None) -> dict[str
     """Counters of the previous audit: from --previous (which must be usable), else from the facts
     file this run is about to replace (where a missing or unusable one just means a first run)."""
     if previous is None and (facts_file is None or not facts_file.is_file()):
-        return {}  # a first run: the fleet report's reader of node outputs is not even loaded
-    from dltune.fleet.cluster import previous_counters
+        return {}  # a first run: nothing to read
+    from dltune.fleet.node_files import previous_counters
 
     if previous is not None:
         found, problem = previous_counters(previous)

@@ -30,7 +30,7 @@ def report(
     """Merge nodes' results: a terminal summary (nodes with findings first), merged JSON, an HTML page.
 
     Exit 0 when every node is reachable with no fail and no error, else 1."""
-    from dltune.fleet import cluster
+    from dltune.fleet import cluster, node_files
 
     missing = []
     for given in paths:
@@ -44,7 +44,7 @@ def report(
     for path, hint in ((html_file, "--html"), (json_file, "--json")):
         if path is not None:
             check_output_file(path, hint)
-    nodes = cluster.fleet_priced(cluster.load(paths))
+    nodes = cluster.fleet_priced(node_files.load(paths))
     if not nodes:
         raise typer.BadParameter("no *.json reports found", param_hint="PATHS")
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")

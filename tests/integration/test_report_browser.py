@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from dltune.fleet.cluster import load, render_html
+from dltune.fleet.cluster import render_html
+from dltune.fleet.node_files import load
 from dltune.model import AREAS
 from tests import report_fleet
 

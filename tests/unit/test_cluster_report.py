@@ -27,13 +27,13 @@ from dltune.fleet.cluster import (
     firmware_outliers,
     fleet_priced,
     headline,
-    load,
     merged_json,
     node_rank,
     render_html,
     render_summary,
     standing_word,
 )
+from dltune.fleet.node_files import load
 from dltune.outputs.report import STATUS_COLOUR
 from tests import report_fleet
 from tests.fuzzing import FUZZ

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from dltune.fleet import cluster
+from dltune.fleet import cluster, node_files
 from dltune.fleet.cluster import (
     FLEET_BEHIND,
     FLEET_MIN_NODES,
@@ -33,7 +33,7 @@ NOW = datetime(2026, 11, 26, 22, tzinfo=timezone.utc)
 
 
 def load(paths: list[Path]) -> list[cluster.NodeReport]:
-    return cluster.load(paths, now=NOW)
+    return node_files.load(paths, now=NOW)
 
 
 def _real(kind: str) -> dict[str, Any]:
@@ -127,5 +127,5 @@ def test_stale_reports_are_never_compared(tmp_path: Path) -> None:
     """A bench past its valid_until says nothing about the node now: it neither counts in the median
     nor is named."""
     fleet = _fleet(tmp_path, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.5})
-    later = cluster.load([fleet], now=datetime(2026, 11, 27, 12, tzinfo=timezone.utc))
+    later = node_files.load([fleet], now=datetime(2026, 11, 27, 12, tzinfo=timezone.utc))
     assert all(node.stale for node in later) and behind_the_fleet(later) == []

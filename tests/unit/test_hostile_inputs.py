@@ -35,7 +35,7 @@ from dltune import cli
 from dltune.checks.fabric import _gts, _kernel_at_least
 from dltune.commands.options import Number
 from dltune.files import safeio
-from dltune.fleet import cluster
+from dltune.fleet import cluster, node_files
 from dltune.model import AREAS, InputError
 from dltune.probes.dcgm import parse_dcgm_diag
 from dltune.probes.fabric import parse_aer, parse_rate, ports_from_values, read_fabric
@@ -256,7 +256,7 @@ def test_the_depth_scan_measures_what_json_nests(data: Any) -> None:
 def test_a_deep_node_file_makes_its_node_invalid_and_the_rest_is_read(tmp_path: Path) -> None:
     (tmp_path / "deep.json").write_text('{"schema_version": 1, "results": ' + DEEP + "}")
     (tmp_path / "ok.json").write_text(json.dumps(envelope([result()])))
-    nodes = {n.host: n for n in cluster.load([tmp_path])}
+    nodes = {n.host: n for n in node_files.load([tmp_path])}
     assert (nodes["deep"].problem or "").startswith("invalid: deep.json") and "nested deeper" in (
         nodes["deep"].problem or ""
     )
@@ -511,7 +511,7 @@ def test_an_oserror_from_anywhere_is_one_line_naming_its_path(
     def fail(*_args: Any, **_kwargs: Any) -> Any:
         raise raised
 
-    monkeypatch.setattr(cluster, "load", fail)
+    monkeypatch.setattr(node_files, "load", fail)
     code, out, err = run_cli(capsys, "report", str(FIXTURES))
     assert code == 2 and out == ""
     assert one_line(err).startswith("dltune report: ") and shown in err
@@ -523,7 +523,7 @@ def test_a_missing_command_is_named(
     def load(*_args: Any, **_kwargs: Any) -> Any:
         subprocess.run(["dltune-test-no-such-program", "--version"], check=False)
 
-    monkeypatch.setattr(cluster, "load", load)
+    monkeypatch.setattr(node_files, "load", load)
     code, _out, err = run_cli(capsys, "report", str(FIXTURES))
     assert code == 2 and "dltune-test-no-such-program: no such command on PATH" in one_line(err)
 
@@ -548,7 +548,7 @@ def test_a_bug_is_one_line_and_its_traceback_only_on_request(
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise KeyError("no such result")
 
-    monkeypatch.setattr(cluster, "load", broken)
+    monkeypatch.setattr(node_files, "load", broken)
     monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
     code, _out, err = run_cli(capsys, "report", str(FIXTURES))
     assert code == 2 and "dltune bug" in one_line(err) and "KeyError" in err
@@ -681,6 +681,6 @@ def test_an_interpreter_without_the_data_filter_is_refused_by_name(
     def stage_like(*_args: Any, **_kwargs: Any) -> Any:
         require_tar_data_filter()
 
-    monkeypatch.setattr(cluster, "load", stage_like)
+    monkeypatch.setattr(node_files, "load", stage_like)
     code, _out, err = run_cli(capsys, "report", str(FIXTURES))
     assert code == 2 and "'data' filter" in one_line(err) and "dltune bug" not in err

@@ -13,7 +13,8 @@ from rich.console import Console
 
 from dltune.bench.judge import bench_gate
 from dltune.checks import run_checks
-from dltune.fleet.cluster import load, render_summary
+from dltune.fleet.cluster import render_summary
+from dltune.fleet.node_files import load
 from dltune.model import Result, Status
 from dltune.outputs.report import STATUS_ORDER, render_human
 from dltune.probes import collect_snapshot

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dltune.fleet.cluster import ENVELOPE_SCHEMA
+from dltune.fleet.node_files import ENVELOPE_SCHEMA
 from dltune.schema import Field, of, optional, validate
 from dltune.text import unescape, visible
 

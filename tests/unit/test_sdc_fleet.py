@@ -19,7 +19,7 @@ from rich.console import Console
 
 from dltune.bench import measure
 from dltune.bench.judge import SdcRun, judge_sdc
-from dltune.fleet import cluster
+from dltune.fleet import cluster, node_files
 from dltune.fleet.cluster import SDC_NONE, merged_json, render_html, render_summary, sdc_outliers
 from dltune.outputs.report import render_json
 
@@ -64,7 +64,7 @@ def _node(
 
 
 def _load(directory: Path, now: datetime = NOW) -> list[cluster.NodeReport]:
-    return cluster.load([directory], now=now)
+    return node_files.load([directory], now=now)
 
 
 def test_a_node_whose_gpus_agree_but_not_with_the_fleet_is_named_with_its_step(

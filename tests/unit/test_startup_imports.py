@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,18 @@ def loaded_by(argv: list[str]) -> set[str]:
 def test_an_audit_loads_only_what_auditing_needs() -> None:
     loaded = loaded_by(["audit", "--format", "json", "--root", str(FIXTURES / "tmp_tmpfs_ok")])
     assert "dltune.commands.audit" in loaded and "dltune.checks" in loaded  # the probe reads what it claims
+    assert sorted(m for m in loaded if m.startswith(NOT_FOR_AN_AUDIT)) == []
+
+
+def test_an_audit_that_compares_with_its_previous_facts_reads_them_without_the_report(tmp_path: Path) -> None:
+    """The health check passes --facts-file every run: the counters of the file it replaces are read by
+    dltune.fleet.node_files, never by loading the fleet report's renderers."""
+    facts = tmp_path / "dltune.fact"
+    argv = ["audit", "--format", "json", "--root", str(FIXTURES / "tmp_tmpfs_ok"), "--facts-file", str(facts)]
+    loaded_by(argv)  # the first run writes the facts
+    assert facts.is_file()
+    loaded = loaded_by(argv)
+    assert "dltune.fleet.node_files" in loaded
     assert sorted(m for m in loaded if m.startswith(NOT_FOR_AN_AUDIT)) == []
 
 
