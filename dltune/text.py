@@ -14,7 +14,7 @@ report as ``dltune report`` reads it (dltune.fleet.cluster), and the line writer
   (``unescape``), and two different paths never print as the same text.
 - No text is ever read as markup: renderers pass it as plain text (rich ``Text``, ``html.escape``).
 - What reaches a terminal passes a last guard at the sink, whatever a caller forgot: every rich
-  console dltune makes (dltune.outputs.report.console) writes its text through ``terminal_safe``, which
+  console dltune makes (dltune.outputs.human.console) writes its text through ``terminal_safe``, which
   escapes the same characters (not the newlines dltune lays out, not backslashes, so text ``visible``
   escaped passes unchanged).
 """

@@ -174,15 +174,18 @@ def audit(
         write_node_outputs(results, host, textfile_dir, facts_file, sorted(snapshot.expected))
         if policy is not None and failed:
             raise typer.Exit(EXIT_USAGE_OR_ERROR)
-        from dltune.outputs.prometheus import render_prometheus
-        from dltune.outputs.report import render_human, render_json
-
         now = datetime.now(timezone.utc)
         if output is OutputFormat.json:
+            from dltune.outputs.report import render_json
+
             sys.stdout.write(render_json(results, host, now))
         elif output is OutputFormat.prometheus:
+            from dltune.outputs.prometheus import render_prometheus
+
             sys.stdout.write(render_prometheus(results, now))
         else:
+            from dltune.outputs.human import render_human
+
             asked = frozenset({"gpu.dcgm"} if dcgm else set())
             render_human(results, stdout_console(), host, show_all=show_all, asked=asked)
         raise typer.Exit(exit_code(results))

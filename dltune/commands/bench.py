@@ -236,7 +236,8 @@ def bench(
     from dltune.costs.impact import Node, bench_gpus, price
 
     results = price(results, Node(gpus=bench_gpus(results), use=gpu_use))
-    from dltune.outputs.report import render_human, render_json
+    from dltune.outputs.human import render_human
+    from dltune.outputs.report import render_json
 
     now = datetime.now(timezone.utc)
     err.print(f"dltune bench: {len(results)} results in {(now - start).total_seconds():.1f}s")

@@ -108,7 +108,8 @@ def check(
         gate = torch if isinstance(torch, Result) else torch_gpu_gate(torch, gpus, nvml.driver_version)
     results += [gate] if gate is not None else _quick_bench(device)
     results = _priced(results, snapshot, gpu_use, measure=gate is None)
-    from dltune.outputs.report import render_human, render_json
+    from dltune.outputs.human import render_human
+    from dltune.outputs.report import render_json
 
     now = datetime.now(timezone.utc)
     if output is BenchFormat.json:

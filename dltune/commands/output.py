@@ -41,7 +41,7 @@ def help_paragraphs(command: CommandT) -> CommandT:
 
 
 # Human output reaches a terminal through three writers only (tests/unit/test_human_output_escaping.py
-# holds every command to it): the rich consoles of dltune.outputs.report.console (tables, progress, messages:
+# holds every command to it): the rich consoles of dltune.outputs.human.console (tables, progress, messages:
 # escaped at the sink), and these two line writers, which escape the whole line with dltune.text's rule
 # (a line is composed of raw data: paths given, exception texts, Slurm's reasons). JSON, Prometheus,
 # YAML and the staged path piped to a script are machine output, written as they are.
@@ -166,13 +166,13 @@ def console_width(stream: TextIO, piped: int) -> int | None:
 def stdout_console() -> Console:
     """Tables and messages on stdout: at a terminal its width; in a pipe or a file COLUMNS, else
     LOG_COLUMNS (``console_width``)."""
-    from dltune.outputs.report import console
+    from dltune.outputs.human import console
 
     return console(width=console_width(sys.stdout, LOG_COLUMNS))
 
 
 def progress_console() -> Console:
     """Progress and messages on stderr, each message whole in a job log (soft wrap), not folded."""
-    from dltune.outputs.report import console
+    from dltune.outputs.human import console
 
     return console(stderr=True, soft_wrap=True, width=console_width(sys.stderr, 80))

@@ -27,7 +27,8 @@ from rich.text import Text
 from dltune import SCHEMA_VERSION, __version__
 from dltune.fleet.node_files import NodeReport
 from dltune.model import AREAS, Status
-from dltune.outputs.report import STATUS_COLOUR, STATUS_STYLE, status_rank, table_subject, worst
+from dltune.outputs.human import table_subject
+from dltune.outputs.report import STATUS_COLOUR, STATUS_STYLE, status_rank, worst
 
 
 def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:

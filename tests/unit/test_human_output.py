@@ -16,7 +16,8 @@ from dltune.checks import run_checks
 from dltune.fleet.cluster import render_summary
 from dltune.fleet.node_files import load
 from dltune.model import Result, Status
-from dltune.outputs.report import STATUS_ORDER, render_human
+from dltune.outputs.human import render_human
+from dltune.outputs.report import STATUS_ORDER
 from dltune.probes import collect_snapshot
 from tests.conftest import FIXTURES
 

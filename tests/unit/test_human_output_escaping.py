@@ -8,7 +8,7 @@ but dltune's own newlines, no C1 control and no format character (Unicode Cf: th
 
 The rule is dltune.text.visible, applied where a result or a node report becomes output and by the
 line writers (error_line, output_line); every rich console dltune makes escapes again at its sink
-(dltune.outputs.report.HumanConsole, dltune.text.terminal_safe). `test_every_human_writer_is_one_of_the_
+(dltune.outputs.human.HumanConsole, dltune.text.terminal_safe). `test_every_human_writer_is_one_of_the_
 escaping_ones` keeps new code on those writers."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from rich.text import Text
 from dltune import cli, staging  # noqa: F401
 from dltune.commands.output import VisibleLogFormatter
 from dltune.model import DltuneError, Result, Status
-from dltune.outputs.report import HumanConsole, console, render_human
+from dltune.outputs.human import HumanConsole, console, render_human
 from dltune.probes.runner import RecordedRunner
 from dltune.snapshot import Snapshot
 from dltune.text import terminal_safe, unescape, visible
@@ -593,7 +593,7 @@ _WRITER = re.compile(r"(?:typer\.echo|click\.echo|print|sys\.std(?:out|err)(?:\.
 
 
 def test_every_human_writer_is_one_of_the_escaping_ones() -> None:
-    """Human output goes through dltune.outputs.report.console (escaped at the sink) or error_line/output_line
+    """Human output goes through dltune.outputs.human.console (escaped at the sink) or error_line/output_line
     (escaped whole): no other rich Console is made, and every other write to stdout or stderr is one
     of the machine outputs above."""
     consoles, unexpected = [], []
@@ -604,7 +604,7 @@ def test_every_human_writer_is_one_of_the_escaping_ones() -> None:
             if not isinstance(node, ast.Call):
                 continue
             called = ast.unparse(node.func)
-            if called in ("Console", "rich.console.Console") and relative != "dltune/outputs/report.py":
+            if called in ("Console", "rich.console.Console") and relative != "dltune/outputs/human.py":
                 consoles.append(f"{relative}:{node.lineno}")
             if _WRITER.fullmatch(called):
                 call = (ast.get_source_segment(source, node) or "").splitlines()[0].strip()
@@ -615,7 +615,7 @@ def test_every_human_writer_is_one_of_the_escaping_ones() -> None:
     assert consoles == []
     assert unexpected == []
     assert (
-        "return HumanConsole(" in (REPO_ROOT / "dltune/outputs/report.py").read_text()
+        "return HumanConsole(" in (REPO_ROOT / "dltune/outputs/human.py").read_text()
     )  # the one console maker
 
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from dltune.cli import app
 from dltune.model import Result, Status
-from dltune.outputs.report import console, render_human
+from dltune.outputs.human import console, render_human
 from dltune.probes.mountstats import parse_mountstats
 from dltune.probes.storage import meminfo_kb
 from dltune.text import unescape, visible

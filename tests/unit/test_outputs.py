@@ -222,7 +222,8 @@ def test_the_human_table_groups_thousands_of_one_finding_and_json_keeps_each() -
     from rich.console import Console
 
     from dltune.model import Result, Status
-    from dltune.outputs.report import render_human, render_json
+    from dltune.outputs.human import render_human
+    from dltune.outputs.report import render_json
 
     results = [
         Result("storage.data_noatime", Status.WARN, f"/b/{i} (ext4) is mounted relatime", subject=f"/b/{i}")

@@ -44,6 +44,15 @@ def loaded_by(argv: list[str]) -> set[str]:
     return set(json.loads(done.stderr.strip().splitlines()[-1]))
 
 
+def test_an_audit_for_a_machine_does_not_load_rich() -> None:
+    """JSON and Prometheus on stdout (the health check, Ansible): the human table's library stays out."""
+    for output in ("json", "prometheus"):
+        loaded = loaded_by(["audit", "--format", output, "--root", str(FIXTURES / "tmp_tmpfs_ok")])
+        assert "dltune.outputs.report" in loaded or output == "prometheus"
+        human = sorted(m for m in loaded if m == "rich" or m.startswith(("rich.", "dltune.outputs.human")))
+        assert human == [], output
+
+
 def test_an_audit_loads_only_what_auditing_needs() -> None:
     loaded = loaded_by(["audit", "--format", "json", "--root", str(FIXTURES / "tmp_tmpfs_ok")])
     assert "dltune.commands.audit" in loaded and "dltune.checks" in loaded  # the probe reads what it claims
