@@ -56,6 +56,13 @@ NOT_FOUND = re.compile(rf"{_AT}can't find device of ID[0-9a-fA-F]{{4}}")
 _LOOKS_LIKE_AER = re.compile(r"PCIe Bus Error|error (?:message )?received(?::| from)")
 SERVICE = re.compile(r"\bAER:? enabled with IRQ\b|_OSC: OS now controls \[[^\]]*\bAER\b")
 BOOT = re.compile(r"\bLinux version [0-9]|^-- (?:Boot [0-9a-fA-F]+|Reboot) --$")
+# What every pattern above needs somewhere in a line (a boot banner, "AER", an AER message's words, or
+# a PCI address before ": "): one search passes over the rest of a kernel log, most of its lines, which
+# would otherwise meet every pattern in turn (tests/unit/test_aer_kernel_log.py holds the two readings
+# equal).
+_MAY_MATTER = re.compile(
+    rf"Linux version|^-- |AER|PCIe Bus Error|error (?:message )?received|{_ADDRESS}(?::pcie[0-9]+)?: "
+)
 NO_DETAILS = "no details found"
 KEPT_LINES = 5
 
@@ -117,6 +124,8 @@ def parse_aer_log(text: str) -> AerLog:
     boots = earlier = unreadable = 0
     for raw in text.splitlines():
         line = raw.strip()
+        if not _MAY_MATTER.search(line):
+            continue
         if BOOT.search(line):
             boot.settle()
             boots, earlier, boot = boots + 1, earlier + boot.errors(), _Boot()

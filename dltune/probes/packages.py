@@ -20,20 +20,26 @@ DRIVER_PACKAGE = re.compile(
 # A field line that may name a driver package: only the stanzas holding one are parsed (a node's status
 # file has thousands of packages; splitting every one into fields cost the audit milliseconds).
 _CANDIDATE_LINE = re.compile(
-    r"^Package:[ \t]*(?:nvidia-|libnvidia-|linux-modules-nvidia-|linux-objects-nvidia-"
-    r"|linux-signatures-nvidia-|xserver-xorg-video-nvidia-)",
-    re.M,
+    r"Package:[ \t]*(?:nvidia-|libnvidia-|linux-modules-nvidia-|linux-objects-nvidia-"
+    r"|linux-signatures-nvidia-|xserver-xorg-video-nvidia-)"
 )
 
 
 def _candidate_stanzas(text: str) -> list[str]:
-    """The stanzas (separated by a blank line, as dpkg writes them) with a driver package's name line."""
+    """The stanzas (separated by a blank line, as dpkg writes them) with a driver package's name line.
+    Every driver package's name holds "nvidia-": only the lines holding it are tried."""
     stanzas: dict[int, str] = {}  # by where each starts: a stanza with two name lines is read once
-    for match in _CANDIDATE_LINE.finditer(text):
-        before = text.rfind("\n\n", 0, match.start())
-        start = before + 2 if before >= 0 else 0
-        end = text.find("\n\n", match.start())
-        stanzas[start] = text[start : end if end >= 0 else len(text)]
+    found = text.find("nvidia-")
+    while found >= 0:
+        line_start = text.rfind("\n", 0, found) + 1
+        line_end = text.find("\n", found)
+        line_end = len(text) if line_end < 0 else line_end
+        if _CANDIDATE_LINE.match(text, line_start, line_end):
+            before = text.rfind("\n\n", 0, line_start + 1)
+            start = before + 2 if before >= 0 else 0
+            end = text.find("\n\n", line_start)
+            stanzas[start] = text[start : end if end >= 0 else len(text)]
+        found = text.find("nvidia-", line_end)
     return list(stanzas.values())
 
 

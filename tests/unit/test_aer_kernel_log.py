@@ -6,6 +6,7 @@ function and severity, naming what sits there; sysfs stays the source where the 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from dltune.checks.fabric import AER_CORRECTABLE_RISE_WARN, AER_CORRECTABLE_WARN, pcie_aer
 from dltune.model import Result, Status
-from dltune.probes import collect_snapshot
+from dltune.probes import aer_log, collect_snapshot
 from dltune.probes.aer_log import parse_aer_log
 from dltune.probes.packages import kernel_log_of
 from dltune.snapshot import AerCounts, Fabric, Gpu, KernelLog, NvmlState, PciDevice, Snapshot
@@ -466,3 +467,60 @@ def test_the_probe_never_raises_and_the_check_always_answers(text: str) -> None:
     )
     results = pcie_aer(replace(node(text, gpu()), previous={}))
     assert results and all(r.status in set(Status) for r in results)
+
+
+# ------------------------------------------------------------------ the one search that skips lines
+EVERY_LINE = re.compile("")  # the reading without the skip: every line meets every pattern
+KERNEL_LOGS = [s.body for kind in ("aer_kernel_log", "kernel_log", "sxid") for s in samples(kind)]
+
+
+def _both_readings(text: str, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
+    fast = parse_aer_log(text)
+    with monkeypatch.context() as patch:
+        patch.setattr(aer_log, "_MAY_MATTER", EVERY_LINE)
+        every = parse_aer_log(text)
+    return fast, every
+
+
+@pytest.mark.parametrize("index", range(len(KERNEL_LOGS)))
+def test_skipping_lines_no_pattern_could_read_changes_nothing_on_published_logs(
+    index: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast, every = _both_readings(KERNEL_LOGS[index], monkeypatch)
+    assert fast == every
+
+
+AER_WORDS = st.sampled_from(
+    [
+        "Linux version 6.8.0-45-generic (buildd@lcy02) #45-Ubuntu",
+        "-- Boot 1a2b3c --",
+        "-- Reboot --",
+        "pcieport 0000:00:01.1: AER: enabled with IRQ 29",
+        "acpi PNP0A08:00: _OSC: OS now controls [PCIeHotplug PME AER PCIeCapability]",
+        "pcieport 0000:40:01.1: AER: Corrected error message received from 0000:41:00.0",
+        "pcieport 0000:40:01.1: AER: Multiple Uncorrected (Non-Fatal) error received: 0000:41:00.0",
+        "pcieport 0000:40:01.1: AER: Uncorrected (Fatal) error received: id=4100, no details found",
+        "nvidia 0000:41:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)",
+        "nvidia 0000:41:00.0:pcie02: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Data Link Layer,",
+        "0000:41:00.0:   device [10de:2330] error status/mask=00000001/0000e000",
+        "0000:41:00.0:    [ 0] RxErr                  (First)",
+        "0000:41:00.0: AER: can't find device of ID4100",
+        "mlx5_core 0000:c1:00.0: PCIe Bus Error: malformed",
+        "usb 1-1: new high-speed USB device number 2 using xhci_hcd",
+        "EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode",
+        "pci 0000:00:01.0: [1022:1483] type 01 class 0x060400",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(AER_WORDS, max_size=14))
+def test_skipping_lines_no_pattern_could_read_changes_nothing_on_generated_logs(lines: list[str]) -> None:
+    text = "\n".join(lines)
+    fast = parse_aer_log(text)
+    original, aer_log._MAY_MATTER = aer_log._MAY_MATTER, EVERY_LINE
+    try:
+        every = parse_aer_log(text)
+    finally:
+        aer_log._MAY_MATTER = original
+    assert fast == every
