@@ -7,7 +7,7 @@ import os
 import re
 import socket
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,17 @@ def collect_snapshot(
             errors[host_path] = f"{type(exc).__name__}: {exc.strerror or exc}"
             return None
 
+    # The children that mostly wait (dmesg; systemd-detect-virt and timedatectl) run beside the file
+    # reads and parsing below rather than one after the other: together they were most of an audit's
+    # run time. Their results are taken where they were read before, and errors raise there as before.
+    children = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dltune-probe")
+    kernel_log_read = (
+        children.submit(read_kernel_log, fs, runner, euid) if needed("gpu", "system", "fabric") else None
+    )
+    time_sync_read = (
+        children.submit(read_time_sync, runner, max(deadline.limit(5.0), 0.1)) if needed("system") else None
+    )
+    children.shutdown(wait=False)  # no more work for it; its two threads end with their child
     mountinfo = read("/proc/self/mountinfo")
     # No /etc/fstab at all (a container) is an empty table; one that cannot be read is an error.
     fstab = (
@@ -116,8 +127,8 @@ def collect_snapshot(
         {name: fs.resolve(name) for name in _device_names(mounts, uuid_devices)} if needed("storage") else {}
     )
     kernel_log = (
-        read_kernel_log(fs, runner, euid)
-        if needed("gpu", "system", "fabric")
+        kernel_log_read.result()
+        if kernel_log_read is not None
         else KernelLog(None, "not probed: gpu, system and fabric areas not asked for")
     )
     # Each probe into a named local, in the order they run: NVML's answer comes before the Slurm job
@@ -126,11 +137,7 @@ def collect_snapshot(
     mem_total_kb = meminfo_kb(read("/proc/meminfo"), "MemTotal")
     reboot = _reboot_state(fs)
     cpu_frequency = read_cpu_frequency(fs) if needed("system") else None
-    time_sync = (
-        read_time_sync(runner, max(deadline.limit(5.0), 0.1))
-        if needed("system")
-        else TimeSync(error="not probed")
-    )
+    time_sync = time_sync_read.result() if time_sync_read is not None else TimeSync(error="not probed")
     space = space_of(fs, data_points, deadline, mounts) if needed("storage") else {}
     nvme = (
         read_nvme_health(runner, data_devices(mounts, data_points, device_paths), deadline, euid)
