@@ -52,8 +52,9 @@ def _command_function(module: str, name: str) -> Any:
 
 
 def build_app(command: str | None = None) -> typer.Typer:
-    """The CLI with the commands ``command`` needs: that one alone where it names one, else all of
-    them (the whole help, a misspelt name that the error should answer with the list)."""
+    """The CLI with the commands ``command`` needs: that one alone where it names one (``version``:
+    none but itself), else all of them (the whole help, a misspelt name that the error should answer
+    with the list)."""
     cli = typer.Typer(
         help="Audit and benchmark a deep-learning training node.",
         no_args_is_help=True,
@@ -62,7 +63,7 @@ def build_app(command: str | None = None) -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     cli.callback()(_global_options)
-    named = command in COMMANDS or command in HIDDEN_COMMANDS
+    named = command in COMMANDS or command in HIDDEN_COMMANDS or command == "version"
     for name, (module, function) in COMMANDS.items():
         if not named or name == command:
             cli.command(name)(_command_function(module, function))
@@ -131,6 +132,17 @@ def _command_of(args: Sequence[str]) -> str | None:
     return next((arg for arg in args if not arg.startswith("-")), None)
 
 
+def _commands_needed(args: Sequence[str], command: str | None) -> str | None:
+    """What ``build_app`` must load for these arguments: the eager options before the command act
+    first (`dltune --help audit` lists every command; `dltune --version` needs none)."""
+    before = args[: args.index(command)] if command is not None else args
+    if "--help" in before:
+        return None
+    if "--version" in before:
+        return "version"
+    return command
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on ``argv`` (default: this process's arguments) and return its exit code; every
     error ends here as one line on stderr (see the module)."""
@@ -142,7 +154,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("COLUMNS") is not None and usable_columns() is None:
         del os.environ["COLUMNS"]  # no width ("0", text, "²"): rich would print at 0 columns or fail
     try:
-        result = build_app(command)(args=args, prog_name="dltune", standalone_mode=False)
+        result = build_app(_commands_needed(args, command))(
+            args=args, prog_name="dltune", standalone_mode=False
+        )
     except ClickException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # click 8.2+: typer has printed the help already
             return exc.exit_code

@@ -62,6 +62,8 @@ def console(*, stderr: bool = False, width: int | None = None, soft_wrap: bool =
     return HumanConsole(stderr=stderr, width=width, soft_wrap=soft_wrap, markup=False, highlight=False)
 
 
+# More results than this of one check with one status (a host with thousands of container bind
+# mounts) take one row in the table; JSON and Prometheus keep one result per subject.
 GROUP_ABOVE = 5
 
 

@@ -74,8 +74,6 @@ def render_json(results: Sequence[Result], host: str, now: datetime) -> str:
     )
 
 
-# More results than this of one check with one status (a host with thousands of container bind
-# mounts) take one row in the table; JSON and Prometheus keep one result per subject.
 # --- Ansible local facts (the Prometheus textfile: dltune.outputs.prometheus) ------------------------------
 
 

@@ -32,6 +32,10 @@ NOT_FOR_AN_AUDIT = (
 )
 
 
+# What every command loads, the version too: the shared options and output helpers.
+COMMON = {"dltune.commands.options", "dltune.commands.output"}
+
+
 def loaded_by(argv: list[str]) -> set[str]:
     program = (
         "import io, json, sys, contextlib\n"
@@ -69,6 +73,22 @@ def test_an_audit_that_compares_with_its_previous_facts_reads_them_without_the_r
     loaded = loaded_by(argv)
     assert "dltune.fleet.node_files" in loaded
     assert sorted(m for m in loaded if m.startswith(NOT_FOR_AN_AUDIT)) == []
+
+
+def test_the_help_before_a_command_lists_every_command_and_the_version_loads_none(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`dltune --help audit`: the group's help (eager, before the command) lists them all; `dltune
+    --version` and `dltune version` answer without importing any command."""
+    from dltune import cli
+    from dltune.cli import COMMANDS
+
+    assert cli.run(["--help", "audit"]) == 0
+    shown = capsys.readouterr().out
+    assert all(f" {name} " in shown for name in COMMANDS), shown
+    for argv in (["--version"], ["version"], ["--version", "audit"]):
+        loaded = loaded_by(argv)
+        assert sorted(m for m in loaded if m.startswith("dltune.commands.") and m not in COMMON) == [], argv
 
 
 def test_the_whole_help_still_lists_every_command() -> None:
