@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 import tempfile
@@ -23,6 +24,25 @@ if importlib.util.find_spec("torch") is not None and "torch" not in sys.modules:
         import torch._dynamo  # noqa: F401  (the optimizers import it at their first step)
     finally:
         sys.intern = _intern
+
+
+def _forget_readline_width() -> None:
+    """GNU readline, imported by pytest (pdb's support), exports LINES and COLUMNS into the process's C
+    environment, where os.environ does not see them: every child a test starts would inherit a width no
+    user set (and dltune honours COLUMNS in a pipe). Set and unset through os.environ, which reaches the
+    C environment too."""
+    for name in ("COLUMNS", "LINES"):
+        if name not in os.environ:
+            os.environ[name] = ""
+            del os.environ[name]
+
+
+_forget_readline_width()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _forget_readline_width()
+
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPO_ROOT = Path(__file__).resolve().parent.parent

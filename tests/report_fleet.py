@@ -263,7 +263,8 @@ def screenshot(browser: str, page: Path, png: Path) -> None:
 
 def fleet_page(directory: Path, count: int) -> Path:
     """The generated fleet of ``count`` nodes rendered as report.html in ``directory``."""
-    from dltune.fleet.cluster import fleet_priced, load, render_html
+    from dltune.fleet.cluster import fleet_priced, render_html
+    from dltune.fleet.node_files import load
 
     write_fleet(directory / "nodes", count)
     page = directory / "report.html"
