@@ -6,6 +6,13 @@ so that machine noise hits both alike. Goal (issue 46): `dltune audit` within 5x
 `dltune healthcheck` (the audit, its history and Slurm's state, every few minutes on every node)
 close to it.
 
+Two installations, each against its own interpreter's `python -c pass`:
+- **node**: what the dltune role installs: this tree's wheel and its dependencies from the wheelhouse
+  (`make wheelhouse`) in a fresh venv outside the checkout, run through the venv's `dltune` script. Its
+  interpreter starts without the checkout's editable finder, so its baseline is the smaller one and this
+  ratio the honest one.
+- **checkout**: the development venv (`.venv`, dltune installed editable), whose every start also
+  pays for the editable install's import hook: the figure issue 46 first measured.
 Modules run from bytecode, as on a node where pip installed the wheel (pip compiles every module at
 install): the runs get a private PYTHONPYCACHEPREFIX, warmed once, whatever PYTHONDONTWRITEBYTECODE
 this shell has (with it, every run would compile dltune's sources again: a cost no node pays).
@@ -52,8 +59,36 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     return time.perf_counter() - start
 
 
-AUDIT = [sys.executable, "-m", "dltune.cli", "audit", "--format", "json"]
-HEALTHCHECK = [sys.executable, "-m", "dltune.cli", "healthcheck", "--profile", "observe", "--slurm-node", "b"]
+DLTUNE = [sys.executable, "-m", "dltune.cli"]
+AUDIT_ARGS = ["audit", "--format", "json"]
+HEALTHCHECK_ARGS = ["healthcheck", "--profile", "observe", "--slurm-node", "b"]
+AUDIT = [*DLTUNE, *AUDIT_ARGS]
+BASELINE = "baseline: python -c pass"
+REPO = Path(__file__).resolve().parent.parent
+WHEELHOUSE = REPO / "build/wheelhouse"
+
+
+def node_venv(tmp: Path) -> Path:
+    """A venv as the dltune role builds one on a node (README: `pip install --no-index --find-links
+    build/wheelhouse dltune`), from a wheel of this tree: no editable finder in its interpreter's start."""
+    if not any(WHEELHOUSE.glob("typer-*.whl")):
+        sys.exit(f"{WHEELHOUSE}: no wheelhouse with dltune's dependencies: run `make wheelhouse` first")
+    wheels, venv = tmp / "wheels", tmp / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(REPO)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        [getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(venv)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    pip = [str(venv / "bin/pip"), "install", "--quiet", "--no-index", "--find-links", str(wheels)]
+    subprocess.run([*pip, "--find-links", str(WHEELHOUSE), "dltune"], check=True, stdout=subprocess.DEVNULL)
+    return venv
+
+
 MS_BIND = 4096
 
 
@@ -218,26 +253,45 @@ def main() -> None:
     if args.mounts:
         many_mounts([int(n) for n in args.mounts.split(",")], args.runs)
         return
-    history = tempfile.mkdtemp(prefix="dltune-bench-history-")
-    cases = {
-        "baseline: python -c pass": [sys.executable, "-c", "pass"],
-        "dltune audit --format json (host)": [*AUDIT],
-        "dltune audit --root fixture": [*AUDIT, "--root", str(FIXTURE)],
-        # No Slurm here: scontrol is not found, said in one line, as on a node whose slurmctld is away.
-        "dltune healthcheck --profile observe": [*HEALTHCHECK, "--history-file", f"{history}/history.json"],
-    }
-    env = bytecode_env(tempfile.mkdtemp(prefix="dltune-bench-pyc-"))
-    for argv in cases.values():
-        timed(argv, env)  # the warm-up writes the bytecode
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.runs):
-        for name, argv in cases.items():
-            samples[name].append(timed(argv, env))
-    base = statistics.median(samples["baseline: python -c pass"])
-    print(f"{'case':40} {'median s':>9} {'x baseline':>11}")
-    for name, values in samples.items():
-        med = statistics.median(values)
-        print(f"{name:40} {med:9.3f} {med / base:11.1f}")
+    with tempfile.TemporaryDirectory(prefix="dltune-bench-") as tmp:
+        node = node_venv(Path(tmp))
+        history = Path(tmp) / "history"
+        history.mkdir()
+        installs = {
+            "node": (node / "bin/python", [str(node / "bin/dltune")]),
+            "checkout": (Path(sys.executable), DLTUNE),
+        }
+        cases: dict[str, dict[str, list[str]]] = {}
+        for install, (python, dltune) in installs.items():
+            cases[install] = {
+                BASELINE: [str(python), "-c", "pass"],
+                "dltune audit --format json (host)": [*dltune, *AUDIT_ARGS],
+                "dltune audit --root fixture": [*dltune, *AUDIT_ARGS, "--root", str(FIXTURE)],
+                # No Slurm here: scontrol is not found, said in one line (a node whose slurmctld is away).
+                "dltune healthcheck --profile observe": [
+                    *dltune,
+                    *HEALTHCHECK_ARGS,
+                    "--history-file",
+                    str(history / f"{install}.json"),
+                ],
+            }
+        env = bytecode_env(str(Path(tmp) / "pyc"))
+        for table in cases.values():
+            for argv in table.values():
+                timed(argv, env)  # the warm-up writes the bytecode
+        samples: dict[str, dict[str, list[float]]] = {
+            install: {name: [] for name in table} for install, table in cases.items()
+        }
+        for _ in range(args.runs):  # interleaved: noise hits every case alike
+            for install, table in cases.items():
+                for name, argv in table.items():
+                    samples[install][name].append(timed(argv, env))
+    for install, figures in samples.items():
+        base = statistics.median(figures[BASELINE])
+        print(f"{install + ' install: case':44} {'median s':>9} {'x baseline':>11}")
+        for name, values in figures.items():
+            med = statistics.median(values)
+            print(f"  {name:42} {med:9.3f} {med / base:11.1f}")
 
 
 if __name__ == "__main__":

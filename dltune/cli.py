@@ -11,9 +11,7 @@ from __future__ import annotations
 import errno
 import importlib
 import os
-import shutil
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -117,6 +115,8 @@ def describe_os_error(exc: OSError) -> str:
     if other is not None:
         return f"{os.fsdecode(name)} -> {os.fsdecode(other)}: {reason}"
     shown = os.fsdecode(name)
+    import shutil  # only for this error's wording: not loaded on every start
+
     if (
         exc.errno == errno.ENOENT
         and "/" not in shown
@@ -195,6 +195,8 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def _traceback_if_debug() -> None:
     if _settings["debug"]:
+        import traceback
+
         traceback.print_exc()
 
 

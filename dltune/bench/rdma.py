@@ -215,9 +215,11 @@ def connect(
                 error = f"{' '.join(argv)}: no answer in {CONNECT_S + 2 * DURATION_S} s"
                 break
             measured = parse(done.stdout) if done.returncode == 0 else None
-            if measured is not None or time.monotonic() >= until:
-                said = (done.stderr + "\n" + done.stdout).strip().splitlines()
-                registration = next((line.strip() for line in said if MR_FAILURE.search(line)), None)
+            said = (done.stderr + "\n" + done.stdout).strip().splitlines()
+            registration = next((line.strip() for line in said if MR_FAILURE.search(line)), None)
+            # A buffer the adapter cannot register fails the same way on every try: only a server not
+            # listening yet is worth the retry window.
+            if measured is not None or registration is not None or time.monotonic() >= until:
                 error = (
                     None
                     if measured

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
+import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -102,7 +102,7 @@ TEXTFILE_MAX_BYTES = 4 << 20
 
 
 def host_name(root: Path) -> str:
-    return socket.gethostname() if str(root) == "/" else f"{socket.gethostname()}:{root}"
+    return os.uname().nodename if str(root) == "/" else f"{os.uname().nodename}:{root}"
 
 
 # Why a topology variable has nothing to say on this node (its map would be empty).

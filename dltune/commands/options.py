@@ -9,7 +9,6 @@ import enum
 import math
 import os
 import re
-import socket
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -171,7 +170,7 @@ def slurm_node_name(given: str | None, environ: bool = True) -> str:
         return checked_node_name(given, "--slurm-node")
     if environ and os.environ.get("SLURMD_NODENAME"):
         return checked_node_name(os.environ["SLURMD_NODENAME"], "SLURMD_NODENAME")
-    return checked_node_name(socket.gethostname().split(".")[0], "the short hostname")
+    return checked_node_name(os.uname().nodename.split(".")[0], "the short hostname")
 
 
 # The drain bounds' options, shared by `dltune audit` (which drains with --slurm-drain) and `dltune

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -164,7 +163,7 @@ def collect_snapshot(
     memory_errors = read_memory_errors(fs, kernel_log.text) if needed("system") else MemoryErrors()
     nvml = _nvml_state(nvml_future, fs)
     slurm_jobs = (
-        slurm_jobs_on(runner, socket.gethostname().split(".")[0], max(deadline.limit(5.0), 0.1))
+        slurm_jobs_on(runner, os.uname().nodename.split(".")[0], max(deadline.limit(5.0), 0.1))
         if needed("gpu") and any(g.compute_pids for g in nvml.gpus)
         else None
     )

@@ -22,7 +22,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -385,6 +384,8 @@ def write_atomically(path: str, content: bytes, like: os.stat_result | None, new
     path = edit_target(path)
     if like is not None and not stat.S_ISREG(like.st_mode):
         raise ConfError(f"{path}: not a regular file: not replaced")
+    import tempfile  # only a writer needs it: the audit reads slurm.conf on every run
+
     try:
         fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".dltune-")
     except OSError as exc:

@@ -213,12 +213,31 @@ def test_gpudirect_that_cannot_register_gpu_memory_fails_naming_peermem(
 
 
 def test_a_host_memory_run_that_cannot_register_its_buffer_is_an_error_not_a_gpudirect_fail() -> None:
-    """The same words without --use_cuda say nothing about GPUDirect: no figure, an error as before."""
-    (result,) = rdma.connect(
-        [NDR],
-        "node2",
-        29620,
-        [None],
-        run=lambda argv, timeout: subprocess.CompletedProcess(argv, 1, "", " Couldn't allocate MR\n"),
-    )
+    """The same words without --use_cuda say nothing about GPUDirect: no figure, an error as before;
+    and at once: a buffer that cannot be registered is not retried for the server's minute."""
+    tries: list[list[str]] = []
+
+    def unregistered(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        tries.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", " Couldn't allocate MR\n")
+
+    (result,) = rdma.connect([NDR], "node2", 29620, [None], run=unregistered)
     assert result.status is Status.ERROR and "gave no figure" in result.summary
+    assert len(tries) == 1
+
+
+def test_a_server_not_listening_yet_is_retried_until_it_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second node's server may start after the first node's client: a refused connection is tried
+    again (a second apart) within CONNECT_S, and the figure of the try that connects is the port's."""
+    monkeypatch.setattr(rdma.time, "sleep", lambda seconds: None)
+    refused = " Couldn't connect to node2:29620\n Unable to init the socket connection\n"
+    answers = [(1, "", refused), (1, "", refused), (0, published("ib_write_bw-ndr-csegpu-dac.txt"), "")]
+    tries: list[list[str]] = []
+
+    def later(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        tries.append(argv)
+        return subprocess.CompletedProcess(argv, *answers.pop(0))
+
+    (result,) = rdma.connect([NDR], "node2", 29620, [None], run=later)
+    assert len(tries) == 3, tries
+    assert result.status is not Status.ERROR and "gave no figure" not in result.summary, result.summary
