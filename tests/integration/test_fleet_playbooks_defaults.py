@@ -117,7 +117,8 @@ def assert_rows_are_rows(done: subprocess.CompletedProcess[str], node_files: lis
 def nodes_with_and_without_dltune(tmp_path: Path) -> dict[str, dict[str, str]]:
     # node1 has dltune (the real one, judging a fixture tree: its result does not hang on this host);
     # node2 has none on its PATH; node3's dltune_audit_executable names a path that is not there;
-    # node4's dltune starts and fails with its own exit 2 (a crash: reported, the node not failed).
+    # node4's dltune starts and fails with its own exit 2 (a crash: reported, the node not failed);
+    # node5's never answers (a hung node): cut at its dltune_audit_timeout, the others not held.
     fixture = FIXTURES / "tmp_tmpfs_ok"
     return {
         "node1": {"dltune_audit_executable": stand_in(
@@ -126,6 +127,8 @@ def nodes_with_and_without_dltune(tmp_path: Path) -> dict[str, dict[str, str]]:
         "node3": {"dltune_audit_executable": str(tmp_path / "node3/opt/dltune")},
         "node4": {"dltune_audit_executable": stand_in(
             tmp_path / "node4/dltune", 'echo "dltune: internal error: boom" >&2; exit 2')},
+        "node5": {"dltune_audit_executable": stand_in(tmp_path / "node5/dltune", "exec sleep 30"),
+                  "dltune_audit_timeout": "3"},
     }  # fmt: skip
 
 
@@ -137,21 +140,24 @@ def test_audit_reports_a_node_without_dltune_with_the_role_that_installs_it_and_
     report = tmp_path / "report"
     problems = {
         node: json.loads((report / f"{node}.audit.json").read_text()).get("problem")
-        for node in ("node1", "node2", "node3", "node4")
+        for node in ("node1", "node2", "node3", "node4", "node5")
     }
     assert problems["node1"] is None
     assert problems["node2"] == NOT_ON_PATH.format(play="audit")
     assert problems["node3"] == NOT_THERE.format(path=tmp_path / "node3/opt/dltune", play="audit")
     assert problems["node4"] == "crashed: exit 2 dltune: internal error: boom"
+    assert problems["node5"] == (
+        "hung: no answer within 3 s (dltune_audit_timeout): the node took the connection, then stalled"
+    )
     # The merge ran and kept every node: the one with dltune with its results, the others as problems.
     merged = {n["host"]: n for n in json.loads((report / "cluster.json").read_text())["nodes"]}
     assert merged["node1"]["results"] and merged["node1"]["problem"] is None
-    assert {node: merged[node]["problem"] for node in ("node2", "node3", "node4")} == {
-        node: problems[node] for node in ("node2", "node3", "node4")
+    assert {node: merged[node]["problem"] for node in ("node2", "node3", "node4", "node5")} == {
+        node: problems[node] for node in ("node2", "node3", "node4", "node5")
     }
     assert (report / "report.html").is_file()
     # Each node without dltune fails with its report line; the others and the merge do not.
-    hosts = ("localhost", "node1", "node2", "node3", "node4")
+    hosts = ("localhost", "node1", "node2", "node3", "node4", "node5")
     assert recap(done) == {host: (0, int(host in ("node2", "node3"))) for host in hosts}
     assert f'fatal: [node2]: FAILED! => {{"changed": false, "msg": "{problems["node2"]}"}}' in done.stdout
     assert_rows_are_rows(done, sorted(report.glob("node*.audit.json")))
