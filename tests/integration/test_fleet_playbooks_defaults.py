@@ -172,11 +172,18 @@ def test_the_summary_reads_as_rows_under_this_repositorys_yaml_result_format(tmp
 
 
 def test_bench_on_a_fleet_where_no_node_has_dltune_still_merges_and_fails_the_node(tmp_path: Path) -> None:
-    """Every node of the play fails: a failure inside that play would end the run before the merge."""
+    """Every node of the play fails: a failure inside that play would end the run before the merge.
+    A link left at the node's file name (bench files stay between runs) is replaced, never followed."""
+    report = tmp_path / "report"
+    report.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("another user's file")
+    (report / "node2.bench.json").symlink_to(victim)
     done = run_play("dltune.cluster.bench", tmp_path, {"node2": {}})
     assert done.returncode == 2, done.stdout[-4000:] + done.stderr[-2000:]
-    report = tmp_path / "report"
     problem = NOT_ON_PATH.format(play="bench")
+    assert victim.read_text() == "another user's file"
+    assert not (report / "node2.bench.json").is_symlink()
     assert json.loads((report / "node2.bench.json").read_text()) == {"problem": problem}
     merged = json.loads((report / "cluster.json").read_text())["nodes"]
     assert [(n["host"], n["problem"]) for n in merged] == [("node2", problem)]
