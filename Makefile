@@ -144,3 +144,15 @@ bench: lab
 
 clean: lab-down
 	rm -rf build .cache
+
+# The scale lab (tests/scale/scale-lab.sh, docs/scale.md): N sshd-only nodes reached over real SSH with
+# host keys checked, inventory in /var/tmp/dltune-scale/inventory.yml; root. scale-lab-down removes
+# exactly its containers, network (by label), guard route and keys. The benchmark on it:
+# benchmarks/playbook_scale.py.
+.PHONY: scale-lab scale-lab-down
+N ?= 10
+scale-lab: venv
+	bash tests/scale/scale-lab.sh up $(N)
+
+scale-lab-down:
+	bash tests/scale/scale-lab.sh down
