@@ -25,6 +25,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from dltune.costs.impact import IoCost
 from dltune.costs.ledger import NOISE_FLOOR
@@ -119,11 +120,11 @@ def _age(names: list[str], directory_fd: int) -> None:
         os.utime(name, (now - TWO_DAYS_S, mtime), dir_fd=directory_fd, follow_symlinks=False)
 
 
-def _median_pair(
+def _interleaved(
     rounds: int, first: Callable[[], float], second: Callable[[], float]
-) -> tuple[float, float, float]:
-    """Both arms' medians over interleaved rounds, and the noise: twice the larger arm's median absolute
-    deviation (a round a CPU quota or another process stalled moves the range, not this)."""
+) -> tuple[list[float], list[float]]:
+    """Each arm's time in each round, the arms' order swapped every other round (neither always
+    follows the other's writeback)."""
     ones: list[float] = []
     twos: list[float] = []
     for index in range(rounds):
@@ -133,6 +134,15 @@ def _median_pair(
         else:
             ones.append(first())
             twos.append(second())
+    return ones, twos
+
+
+def _median_pair(
+    rounds: int, first: Callable[[], float], second: Callable[[], float]
+) -> tuple[float, float, float]:
+    """Both arms' medians over interleaved rounds, and the noise: twice the larger arm's median absolute
+    deviation (a round a CPU quota or another process stalled moves the range, not this)."""
+    ones, twos = _interleaved(rounds, first, second)
     one, two = statistics.median(ones), statistics.median(twos)
     spread = max(statistics.median(abs(v - one) for v in ones), statistics.median(abs(v - two) for v in twos))
     return one, two, 2 * spread
@@ -149,6 +159,25 @@ def _cost(slower: float, faster: float, noise: float, of: str, method: str) -> I
     return IoCost(1.0 - faster / slower, of, method)
 
 
+def _atime_arms(
+    paths: list[str], directory_fd: int, epochs: int
+) -> tuple[Callable[[], float], Callable[[], float]]:
+    """The two reads of the same files: as mounted, and with O_NOATIME (as a noatime mount would read),
+    each after the access times were aged two days and written back."""
+
+    def as_mounted() -> float:
+        _age(paths, directory_fd)
+        _syncfs(directory_fd)
+        return _read_all(paths, epochs, 0, directory_fd)
+
+    def without_atime() -> float:
+        _age(paths, directory_fd)
+        _syncfs(directory_fd)
+        return _read_all(paths, epochs, os.O_NOATIME, directory_fd)
+
+    return as_mounted, without_atime
+
+
 def atime_cost(
     mount: Path, mode: str, files: int = 2000, size: int = 4096, epochs: int = 4, rounds: int = 7
 ) -> IoCost:
@@ -158,19 +187,7 @@ def atime_cost(
             return IoCost(None, SMALL_FILE_READS, why=directory_fd)
         paths = _files(directory_fd, files, size)
         _syncfs(directory_fd)
-        fd = directory_fd  # for the closures: the narrowed type
-
-        def as_mounted() -> float:
-            _age(paths, fd)
-            _syncfs(fd)
-            return _read_all(paths, epochs, 0, fd)
-
-        def without_atime() -> float:
-            _age(paths, fd)
-            _syncfs(fd)
-            return _read_all(paths, epochs, os.O_NOATIME, fd)
-
-        plain, noatime, noise = _median_pair(rounds, as_mounted, without_atime)
+        plain, noatime, noise = _median_pair(rounds, *_atime_arms(paths, directory_fd, epochs))
     method = (
         f"{files} files of {size} B read {epochs} times on {mount}: {plain * 1e3:.0f} ms as mounted "
         f"({mode}), {noatime * 1e3:.0f} ms with O_NOATIME (as noatime would), writeback included; median of "
@@ -209,27 +226,54 @@ def tmp_cost(tmp: Path, tmpfs: Path, files: int = 1000, size: int = 16384, round
     return _cost(on_tmp, on_tmpfs, noise, SCRATCH, method)
 
 
+class Rounds(NamedTuple):
+    """The ledger's measure of one phase: files per second in each round as the node is, and in the
+    same round the same work where the role's change cannot matter (the reference): the share of the
+    two is what the role changes, whatever the machine's own speed did between the phases."""
+
+    rates: list[float]
+    reference: list[float]
+    reference_is: str
+
+
 def read_rounds(
     mount: Path, rounds: int = 7, files: int = 2000, size: int = 4096, epochs: int = 4
-) -> list[float] | str:
+) -> Rounds | str:
     """The ledger's data-disk measure: small-file reads as the disk is mounted (access times aged two
-    days, writeback included), files read per second in each round; or why it cannot be measured."""
+    days, writeback included) and, interleaved, the same reads with O_NOATIME (what noatime makes of
+    them: the reference); or why it cannot be measured."""
     with _private_directory(mount) as directory_fd:
         if isinstance(directory_fd, str):
             return directory_fd
         paths = _files(directory_fd, files, size)
-        rates = []
-        for _ in range(rounds):
-            _age(paths, directory_fd)
-            _syncfs(directory_fd)
-            rates.append(files * epochs / _read_all(paths, epochs, 0, directory_fd))
-    return rates
+        _syncfs(directory_fd)
+        as_mounted, without_atime = _interleaved(rounds, *_atime_arms(paths, directory_fd, epochs))
+    reads = files * epochs
+    return Rounds(
+        [reads / t for t in as_mounted], [reads / t for t in without_atime], "the same reads with O_NOATIME"
+    )
 
 
-def scratch_rounds(tmp: Path, rounds: int = 7, files: int = 1000, size: int = 16384) -> list[float] | str:
-    """The ledger's /tmp measure: files written, written back, read back and removed per second, each
-    round."""
-    with _private_directory(tmp) as directory_fd:
-        if isinstance(directory_fd, str):
-            return directory_fd
-        return [files / _scratch_work(directory_fd, files, size) for _ in range(rounds)]
+def scratch_rounds(
+    tmp: Path, tmpfs: Path | None, rounds: int = 7, files: int = 1000, size: int = 16384
+) -> Rounds | str:
+    """The ledger's /tmp measure: files written, written back, read back and removed per second in
+    ``tmp``, each round; and, interleaved, the same in the tmpfs ``tmpfs`` (/dev/shm: the reference)
+    where the node has one, else no reference (the rates alone, the machine's speed in them)."""
+    with contextlib.ExitStack() as stack:
+        here = stack.enter_context(_private_directory(tmp))
+        if isinstance(here, str):
+            return here
+        there = stack.enter_context(_private_directory(tmpfs)) if tmpfs is not None else None
+        if isinstance(there, str):
+            return there
+        if there is None:
+            return Rounds([files / _scratch_work(here, files, size) for _ in range(rounds)], [], "")
+        on_tmp, on_tmpfs = _interleaved(
+            rounds, lambda: _scratch_work(here, files, size), lambda: _scratch_work(there, files, size)
+        )
+    return Rounds(
+        [files / t for t in on_tmp],
+        [files / t for t in on_tmpfs],
+        f"the same scratch work in the tmpfs {tmpfs}",
+    )

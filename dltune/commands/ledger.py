@@ -41,14 +41,29 @@ def _measure(role: str, data: list[Path]) -> dict[str, dict[str, object]]:
         if role == "data_disks" and not where.is_dir():
             measured[what] = {"why": f"{where} does not exist yet"}
             continue
-        rounds = io_cost.scratch_rounds(where) if role == "tmpfs_tmp" else io_cost.read_rounds(where)
+        files = (
+            io_cost.scratch_rounds(where, _tmpfs_reference())
+            if role == "tmpfs_tmp"
+            else io_cost.read_rounds(where)
+        )
         kind = ROLE_MEASURES[role]
         measured[what] = (
-            {"why": rounds}
-            if isinstance(rounds, str)
-            else {"kind": kind, "unit": "files/s"} | summarise(rounds)
+            {"why": files}
+            if isinstance(files, str)
+            else {"kind": kind, "unit": "files/s"}
+            | summarise(files.rates, files.reference, files.reference_is)
         )
     return measured
+
+
+def _tmpfs_reference() -> Path | None:
+    """/dev/shm where it is a tmpfs (the reference of /tmp's scratch work), else None."""
+    from dltune.probes.hostfs import HostFS
+    from dltune.probes.mounts import parse_mountinfo
+    from dltune.snapshot import mount_at
+
+    shm = mount_at(parse_mountinfo(HostFS("/").read_stripped("/proc/self/mountinfo") or ""), "/dev/shm")
+    return Path("/dev/shm") if shm is not None and shm.fstype == "tmpfs" else None
 
 
 def _gpu_rounds(rounds: int = 7) -> list[float] | str:

@@ -4,9 +4,14 @@ comparison rule; the measurements are dltune.bench.io_cost's, the files live bes
 (``<manifest dir>/ledger/<role>.before.json`` while a site run is between its two phases, then
 ``<role>.json``), the audit reports them (system.tuning_ledger) and `dltune report` adds them up.
 
-A change is a gain or a loss only beyond the measurement's noise: twice the larger phase's median
-absolute deviation over its rounds, and at least NOISE_FLOOR of the rate before; within it, the entry
-says "within noise", never a gain.
+Each phase measures, round by round, the node as it is and beside it a reference the role cannot
+change (the same reads with O_NOATIME; the same scratch work in a tmpfs): what is compared between
+the phases is the share of the two, so that the machine's own speed, which moves between phases
+minutes apart (a shared host, another job, the CPU's clock), is no part of a role's change. A change
+is a gain or a loss only beyond the measurement's noise: twice the larger phase's median absolute
+deviation over its rounds, and at least NOISE_FLOOR of the value before; within it, the entry says
+"within noise", never a gain. Where a phase has no reference (no tmpfs at /dev/shm, a GPU's TFLOPS,
+an entry of an older dltune) the rates themselves are compared.
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ ENTRY_SCHEMA = of(
                     "before_rate": optional(int, float, type(None), minimum=0),
                     "change": optional(int, float, type(None)),
                     "noise": optional(int, float, type(None), minimum=0),
+                    "before_share": optional(int, float, type(None), minimum=0),
+                    "after_share": optional(int, float, type(None), minimum=0),
+                    "reference_is": optional(str, max_length=300),
+                    "reference_change": optional(int, float, type(None)),
                 },
             ),
         ),
@@ -55,23 +64,58 @@ ENTRY_SCHEMA = of(
 )
 
 
-def summarise(rates: Sequence[float]) -> dict[str, Any]:
-    """One phase's measurement: each round's rate, their median and median absolute deviation."""
+def _median_and_deviation(values: Sequence[float]) -> tuple[float, float]:
     import statistics  # the audit imports this module for its schema alone: not worth its start-up
 
-    middle = statistics.median(rates)
-    return {
+    middle = statistics.median(values)
+    return middle, statistics.median(abs(v - middle) for v in values)
+
+
+def summarise(
+    rates: Sequence[float], reference: Sequence[float] = (), reference_is: str = ""
+) -> dict[str, Any]:
+    """One phase's measurement: each round's rate, their median and median absolute deviation; with a
+    reference measured in the same rounds, also each round's share of it (rate / reference), their
+    median and deviation."""
+    middle, deviation = _median_and_deviation(rates)
+    summary: dict[str, Any] = {
         "rates": [round(r, 3) for r in rates],
         "median": round(middle, 3),
-        "mad": round(statistics.median(abs(r - middle) for r in rates), 3),
+        "mad": round(deviation, 3),
     }
+    if reference and len(reference) == len(rates) and all(r > 0 for r in reference):
+        shares = [rate / ref for rate, ref in zip(rates, reference, strict=True)]
+        share, share_deviation = _median_and_deviation(shares)
+        summary["reference"] = {
+            "is": reference_is,
+            "rates": [round(r, 3) for r in reference],
+            "median": round(_median_and_deviation(reference)[0], 3),
+        }
+        summary |= {"shares": [round(v, 4) for v in shares], "share": round(share, 4),
+                    "share_mad": round(share_deviation, 4)}  # fmt: skip
+    return summary
+
+
+def _shared(phase: Mapping[str, Any]) -> tuple[float, float, Mapping[str, Any]] | None:
+    """The phase's share of its reference, that share's deviation and the reference; None without."""
+    reference = phase.get("reference")
+    if not isinstance(reference, Mapping):
+        return None
+    try:
+        share, deviation = float(phase["share"]), float(phase["share_mad"])
+        reference_median = float(reference["median"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (share, deviation, reference) if share > 0 and reference_median > 0 else None
 
 
 def compare(
     what: str, kind: str, unit: str, before: Mapping[str, Any] | None, after: Mapping[str, Any]
 ) -> dict[str, Any]:
     """One measure's change from before to after the role: a gain or a loss beyond the noise, or
-    within it; "not measured before" where the first phase had nothing to measure (a new mount)."""
+    within it; "not measured before" where the first phase had nothing to measure (a new mount).
+    Where both phases have a reference, the change is that of the share of it (the node's own speed
+    taken out); else that of the rates."""
     change: dict[str, Any] = {
         "what": what,
         "kind": kind,
@@ -81,16 +125,28 @@ def compare(
     }
     if not before:
         return change | {"verdict": NOT_BEFORE, "before_rate": None, "change": None, "noise": None}
-    base = float(before["median"])
-    noise = max(2 * max(float(before["mad"]), float(after["mad"])), NOISE_FLOOR * base)
-    difference = float(after["median"]) - base
+    then, now = _shared(before), _shared(after)
+    if then is not None and now is not None:
+        base, value = then[0], now[0]
+        spread = max(then[1], now[1])
+        change |= {
+            "before_share": base,
+            "after_share": value,
+            "reference_is": str(now[2].get("is", "")),
+            "reference_change": round(float(now[2]["median"]) / float(then[2]["median"]) - 1, 4),
+        }
+    else:
+        base, value = float(before["median"]), float(after["median"])
+        spread = max(float(before["mad"]), float(after["mad"]))
+    noise = max(2 * spread, NOISE_FLOOR * base)
+    difference = value - base
     relative = difference / base if base > 0 else None
     verdict = (
         WITHIN_NOISE if abs(difference) <= noise or relative is None else GAIN if difference > 0 else LOSS
     )
     return change | {
         "before": before,
-        "before_rate": base,
+        "before_rate": float(before["median"]),
         "change": None if relative is None else round(relative, 4),
         "noise": round(noise / base, 4) if base > 0 else None,
         "verdict": verdict,
@@ -98,13 +154,23 @@ def compare(
 
 
 def said(change: Mapping[str, Any]) -> str:
-    """ "small-file reads /data +35% (1234 -> 1666 files/s, noise +-3%)", or within noise, said so."""
+    """ "small-file reads /data +35% (1234 -> 1666 files/s, noise +-3%)", or within noise, said so; with
+    a reference, the share of it before and after, and the node's own change where it is beyond the
+    noise (why the rates moved when the role changed nothing)."""
     what, unit = change["what"], change.get("unit", "")
     if change["verdict"] == NOT_BEFORE:
         return f"{what}: {change['after_rate']:.0f} {unit} after (nothing to measure before)"
-    figures = (
-        f"{change['before_rate']:.0f} -> {change['after_rate']:.0f} {unit}, noise +-{change['noise']:.0%}"
-    )
+    rates = f"{change['before_rate']:.0f} -> {change['after_rate']:.0f} {unit}"
+    noise = f"noise +-{change['noise']:.0%}"
+    if change.get("before_share") is not None and change.get("after_share") is not None:
+        reference = change.get("reference_is") or "the reference"
+        shares = f"{change['before_share']:.0%} -> {change['after_share']:.0%}"
+        figures = f"{shares} of {reference}, {noise}; {rates}"
+        node = change.get("reference_change")
+        if isinstance(node, (int, float)) and abs(node) > (change["noise"] or 0):
+            figures += f", the node itself {node:+.0%}"
+    else:
+        figures = f"{rates}, {noise}"
     if change["verdict"] == WITHIN_NOISE:
         return f"{what}: within noise ({figures})"
     return f"{what} {change['change']:+.0%} ({figures})"

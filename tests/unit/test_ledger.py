@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from dltune.checks.system import tuning_ledger
 from dltune.cli import app
-from dltune.costs.ledger import GAIN, LOSS, NOT_BEFORE, WITHIN_NOISE, compare, said
+from dltune.costs.ledger import GAIN, LOSS, NOT_BEFORE, WITHIN_NOISE, compare, said, summarise
 from dltune.fleet.cluster import NodeReport
 from dltune.fleet.cluster import tuning_ledger as fleet_ledger
 from dltune.model import Status
@@ -67,6 +67,79 @@ def test_the_words_say_the_change_or_that_it_was_within_noise() -> None:
     assert said(flat) == "scratch files in /tmp: within noise (1000 -> 1010 files/s, noise +-10%)"
 
 
+def shared(median: float, shares: list[float], reference: float) -> dict:
+    """A phase with a reference measured in the same rounds: each round's share of it."""
+    return summarise(
+        [median * v for v in shares], [median] * len(shares), "the same reads with O_NOATIME"
+    ) | {
+        "median": median * sorted(shares)[len(shares) // 2],
+        "reference": {"is": "the same reads with O_NOATIME", "rates": [reference], "median": reference},
+    }
+
+
+def test_a_phase_with_a_reference_keeps_each_rounds_share_of_it() -> None:
+    phase_ = summarise([50.0, 60.0, 90.0], [100.0, 100.0, 100.0], "the same reads with O_NOATIME")
+    assert phase_["shares"] == [0.5, 0.6, 0.9] and phase_["share"] == 0.6 and phase_["share_mad"] == 0.1
+    assert phase_["reference"] == {
+        "is": "the same reads with O_NOATIME",
+        "rates": [100.0] * 3,
+        "median": 100.0,
+    }
+    for unusable in ([], [100.0, 100.0], [100.0, 0.0, 100.0]):  # none, not one per round, a zero
+        assert "share" not in summarise([50.0, 60.0, 90.0], unusable, "x")
+
+
+def test_the_nodes_own_speed_between_the_phases_is_no_part_of_the_roles_change() -> None:
+    """The CI's case: a node the role left as it was read 122k files/s before and 200k after (the host
+    was busier during the first phase); its share of the O_NOATIME reads stayed at 99-100%."""
+    before = shared(122_000, [0.99] * 7, reference=123_000)
+    after = shared(200_000, [1.0] * 7, reference=200_000)
+    change = compare("small-file reads /data", "small-file reads", "files/s", before, after)
+    assert change["verdict"] == WITHIN_NOISE and change["change"] == pytest.approx(0.0101, abs=1e-4)
+    assert change["before_rate"] == pytest.approx(122_000 * 0.99) and change["after_rate"] == 200_000
+    assert said(change) == (
+        "small-file reads /data: within noise (99% -> 100% of the same reads with O_NOATIME, noise +-3%; "
+        "120780 -> 200000 files/s, the node itself +63%)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("after_share", "verdict"),
+    [(0.6799, WITHIN_NOISE), (0.6801, GAIN), (0.5201, WITHIN_NOISE), (0.5199, LOSS)],
+)
+def test_with_a_reference_a_gain_is_one_of_the_share_beyond_twice_its_deviation(
+    after_share: float, verdict: str
+) -> None:
+    """Shares deviating by 0.02 and 0.04: the noise is 0.08 of the share before (0.6), whatever the
+    rates did (here they halve: the node slowed)."""
+    before = summarise([60.0, 58.0, 62.0], [100.0] * 3, "r")  # shares 0.58..0.62: deviation 0.02
+    spread = [after_share - 0.04, after_share, after_share + 0.04]
+    after = summarise([50.0 * v for v in spread], [50.0] * 3, "r")  # deviation 0.04
+    change = compare("small-file reads /data", "small-file reads", "files/s", before, after)
+    assert change["verdict"] == verdict
+    assert change["noise"] == pytest.approx(0.08 / 0.6, abs=1e-4)
+    assert change["reference_change"] == pytest.approx(-0.5)
+
+
+def test_the_node_itself_is_named_only_beyond_the_noise() -> None:
+    def said_with(reference_after: float) -> str:
+        before = summarise([90.0] * 3, [100.0] * 3, "r")
+        after = summarise([0.9 * reference_after] * 3, [reference_after] * 3, "r")
+        return said(compare("scratch files in /tmp", "scratch files in /tmp", "files/s", before, after))
+
+    assert said_with(103.0).endswith("90 -> 93 files/s)")  # +3%: the floor, not beyond it
+    assert said_with(103.1).endswith("90 -> 93 files/s, the node itself +3%)")
+
+
+def test_an_old_entry_without_a_reference_is_compared_by_its_rates() -> None:
+    """A before phase kept by a dltune without references, the after phase with one: the rates."""
+    after = summarise([1350.0] * 3, [1400.0] * 3, "the same reads with O_NOATIME")
+    change = compare("small-file reads /data", "small-file reads", "files/s", phase(1000, 10), after)
+    assert change["verdict"] == GAIN and change["change"] == pytest.approx(0.35)
+    assert "before_share" not in change
+    assert said(change) == "small-file reads /data +35% (1000 -> 1350 files/s, noise +-3%)"
+
+
 def test_dltune_ledger_measures_before_and_after_and_keeps_one_entry_per_role(tmp_path: Path) -> None:
     """Real measurements on a directory of this machine, before and after nothing changed: the entry
     exists, the pending file is gone, and no gain is claimed where nothing changed... unless the
@@ -86,6 +159,8 @@ def test_dltune_ledger_measures_before_and_after_and_keeps_one_entry_per_role(tm
     (change,) = entry["changes"]
     assert change["what"] == f"small-file reads {data}" and change["verdict"] in (GAIN, LOSS, WITHIN_NOISE)
     assert len(change["before"]["rates"]) == len(change["after"]["rates"]) == 7
+    assert len(change["before"]["reference"]["rates"]) == len(change["after"]["shares"]) == 7
+    assert change["reference_is"] == "the same reads with O_NOATIME" and change["after_share"] > 0
     assert list(data.iterdir()) == []  # the measurement's files are gone
 
 
@@ -184,3 +259,22 @@ def test_the_gpu_smoke_without_a_gpu_says_so_and_claims_nothing(tmp_path: Path) 
     assert "no GPU answers CUDA" in entry["not_measured"]["GPU matmul cuda:0"]
     (result,) = tuning_ledger(Snapshot(root="/x", ledger=(entry,)))
     assert result.summary.startswith("nvidia_driver: GPU matmul cuda:0: not measured: no GPU answers CUDA")
+
+
+def test_scratch_rounds_measure_beside_the_tmpfs_reference_or_alone_without_one(tmp_path: Path) -> None:
+    """Real scratch work in two directories of this machine (the second standing for /dev/shm): one
+    rate per round in each; without a tmpfs the rates alone, never a made-up reference."""
+    from dltune.bench.io_cost import scratch_rounds
+
+    here, there = tmp_path / "tmp", tmp_path / "shm"
+    here.mkdir()
+    there.mkdir()
+    paired = scratch_rounds(here, there, rounds=3, files=20, size=512)
+    assert not isinstance(paired, str)
+    assert len(paired.rates) == len(paired.reference) == 3 and min(paired.rates + paired.reference) > 0
+    assert paired.reference_is == f"the same scratch work in the tmpfs {there}"
+    alone = scratch_rounds(here, None, rounds=3, files=20, size=512)
+    assert not isinstance(alone, str) and len(alone.rates) == 3 and alone.reference == []
+    assert "share" not in summarise(alone.rates, alone.reference, alone.reference_is)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shm", "tmp"] and not list(here.iterdir())
+    assert "cannot make a scratch directory" in str(scratch_rounds(here, tmp_path / "absent", rounds=1))
