@@ -9,8 +9,8 @@ change (the same reads with O_NOATIME; the same scratch work in a tmpfs): what i
 the phases is the share of the two, so that the machine's own speed, which moves between phases
 minutes apart (a shared host, another job, the CPU's clock), is no part of a role's change. A change
 is a gain or a loss only beyond the measurement's noise: NOISE_DEVIATIONS times the larger phase's
-median absolute deviation over its rounds, and at least NOISE_FLOOR of the value before; within it, the entry says
-"within noise", never a gain. Where a phase has no reference (no tmpfs at /dev/shm, a GPU's TFLOPS,
+median absolute deviation over its rounds, and at least NOISE_FLOOR of the value before; within it,
+the entry says "within noise", never a gain. Where a phase has no reference (no tmpfs at /dev/shm, a GPU's TFLOPS,
 an entry of an older dltune) the rates themselves are compared.
 """
 
