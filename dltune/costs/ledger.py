@@ -10,8 +10,8 @@ the phases is the share of the two, so that the machine's own speed, which moves
 minutes apart (a shared host, another job, the CPU's clock), is no part of a role's change. A change
 is a gain or a loss only beyond the measurement's noise: NOISE_DEVIATIONS times the larger phase's
 median absolute deviation over its rounds, and at least NOISE_FLOOR of the value before; within it,
-the entry says "within noise", never a gain. Where a phase has no reference (no tmpfs at /dev/shm, a GPU's TFLOPS,
-an entry of an older dltune) the rates themselves are compared.
+the entry says "within noise", never a gain. Where a phase has no reference (no tmpfs at /dev/shm, a
+GPU's TFLOPS, an entry of an older dltune) the rates themselves are compared.
 """
 
 from __future__ import annotations
