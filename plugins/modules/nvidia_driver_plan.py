@@ -363,6 +363,13 @@ def holds_to_release(dpkg: dict[str, tuple[str, str]], hold: list[str]) -> list[
     )
 
 
+def not_yet_held(dpkg: dict[str, tuple[str, str]], hold: list[str]) -> list[str]:
+    """The packages of the hold set that dpkg does not hold yet (those still to install among them):
+    the role holds only these, one module run each, so a node already held costs none (a fleet's
+    idempotent run made ten runs per node of them)."""
+    return [name for name in hold if not dpkg.get(name, ("", ""))[1].startswith("h")]
+
+
 def installed_branch_packages(dpkg: dict[str, tuple[str, str]], branch: str) -> tuple[list[str], list[str]]:
     """(installed, held): the packages of `branch` that dpkg has, and those of them on hold."""
     installed = sorted(
@@ -538,6 +545,7 @@ def run_module() -> None:
         to_install=to_install,
         to_remove=to_remove,
         hold=hold,
+        hold_needed=not_yet_held(dpkg, hold),
         release_holds=holds_to_release(dpkg, hold) if missing else [],
         gpu_count=gpus,
         nvswitch_count=switches,

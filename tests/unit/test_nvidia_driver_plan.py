@@ -214,6 +214,17 @@ def test_hold_set_takes_every_installed_or_incoming_package_of_the_branch() -> N
     ]
 
 
+def test_only_the_packages_dpkg_does_not_hold_yet_are_held_again() -> None:
+    """Held ("hi"), installed but not held ("ii"), still to install (absent): the last two."""
+    dpkg = plan.parse_dpkg_status(
+        "libnvidia-compute-580-server\t580.178.04-0ubuntu0.22.04.1\thi \n"
+        "nvidia-utils-580-server\t580.178.04-0ubuntu0.22.04.1\tii \n"
+    )
+    hold = ["libnvidia-compute-580-server", "nvidia-kernel-common-580-server", "nvidia-utils-580-server"]
+    assert plan.not_yet_held(dpkg, hold) == ["nvidia-kernel-common-580-server", "nvidia-utils-580-server"]
+    assert plan.not_yet_held(dpkg, ["libnvidia-compute-580-server"]) == []
+
+
 def test_simulation_lists_installs_and_removals() -> None:
     install, remove = plan.parse_simulation(
         "NOTE: This is only a simulation!\n"

@@ -256,6 +256,16 @@ def test_fresh_hgx_a100_gets_the_recommended_driver_with_prebuilt_modules_and_fa
             "nvidia-kernel-common-580-server",
             "nvidia-utils-580-server",
         ],
+        "hold_needed": [  # nothing of the driver is on the node yet: all of it
+            "libnvidia-compute-580-server",
+            "linux-modules-nvidia-580-server-open-5.15.0-160-generic",
+            "linux-modules-nvidia-580-server-open-generic",
+            "nvidia-fabricmanager-580",
+            "nvidia-firmware-580-server-580.178.04",
+            "nvidia-headless-no-dkms-580-server-open",
+            "nvidia-kernel-common-580-server",
+            "nvidia-utils-580-server",
+        ],
         "release_holds": [],
         "gpu_count": 8,
         "nvswitch_count": 6,
@@ -340,6 +350,8 @@ def test_an_installed_driver_needs_nothing_and_a_reboot_only_when_the_loaded_mod
             "nvidia-headless-no-dkms-580",
             "nvidia-utils-580",
         ],
+        # nvidia-utils-580 is held already (hi); the three installed ones (ii) are not.
+        "hold_needed": ["libnvidia-compute-580", "nvidia-dkms-580", "nvidia-headless-no-dkms-580"],
         "release_holds": [],
         "gpu_count": 1,
         "nvswitch_count": 0,
@@ -430,6 +442,13 @@ def test_switching_to_open_modules_releases_the_holds_of_what_apt_replaces(
             "nvidia-headless-no-dkms-580-server-open",
             "nvidia-kernel-source-580-server-open",
             "nvidia-utils-580-server",
+        ],
+        # The libraries and utilities are held already; the incoming open packages are not.
+        "hold_needed": [
+            "linux-modules-nvidia-580-server-open-5.15.0-160-generic",
+            "linux-modules-nvidia-580-server-open-generic",
+            "nvidia-headless-no-dkms-580-server-open",
+            "nvidia-kernel-source-580-server-open",
         ],
         "release_holds": [
             "libnvidia-compute-470-server",
