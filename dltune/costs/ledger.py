@@ -8,9 +8,10 @@ Each phase measures, round by round, the node as it is and beside it a reference
 change (the same reads with O_NOATIME; the same scratch work in a tmpfs): what is compared between
 the phases is the share of the two, so that the machine's own speed, which moves between phases
 minutes apart (a shared host, another job, the CPU's clock), is no part of a role's change. A change
-is a gain or a loss only beyond the measurement's noise: NOISE_DEVIATIONS times the larger phase's
-median absolute deviation over its rounds, and at least NOISE_FLOOR of the value before; within it,
-the entry says "within noise", never a gain. Where a phase has no reference (no tmpfs at /dev/shm, a
+is a gain or a loss only beyond the measurement's noise: NOISE_STANDARD_ERRORS standard errors of the
+difference of the two phases' medians (each from its rounds' median absolute deviation and their
+number), and at least NOISE_FLOOR of the value before; within it, the entry says "within noise",
+never a gain. Where a phase has no reference (no tmpfs at /dev/shm, a
 GPU's TFLOPS, an entry of an older dltune) the rates themselves are compared.
 """
 
@@ -25,11 +26,15 @@ LEDGER_SUBDIR = "ledger"
 # The least change that counts: an untuned lab node measured -1% between two phases whose rounds
 # deviated by 0.5%; two healthy H200 machines measured 3% apart on the same bench (cluster.py).
 NOISE_FLOOR = 0.03
-# How many median absolute deviations of a phase's rounds a change must pass. Measured on an unchanged
-# ext4 disk here, 30 pairs of phases each: small-file reads moved beyond twice the larger deviation in
-# 1 of 30, scratch work with its writeback on the disk in 6 of 30 (up to 16%), beyond three times in
-# none of 60. A lab node's real change (strictatime or an overlay /tmp tuned) is ten deviations and more.
-NOISE_DEVIATIONS = 3
+# How many standard errors of the difference of the phases' medians a change must pass. Measured here
+# on an unchanged ext4 disk (relatime), 15 rounds a phase, 30-40 pairs of phases each: reads moved
+# beyond three in 5 of 40 (up to 3.5, 4.8%), scratch work with its writeback on the disk in 3 of 30
+# (up to 3.3, 22%); beyond four in none. A lab node's strictatime -> noatime moved its share by ~18%,
+# ten and more of them.
+NOISE_STANDARD_ERRORS = 4
+# A median's standard error from the rounds' median absolute deviation: MAD x 1.4826 estimates the
+# standard deviation of normal rounds, and a median of n of them varies by 1.2533 sd / sqrt(n).
+MEDIAN_ERROR_PER_MAD = 1.4826 * 1.2533
 LEDGER_SCHEMA_VERSION = 1
 GAIN, LOSS, WITHIN_NOISE, NOT_BEFORE = "gain", "loss", "within noise", "not measured before"
 # What each role's change is measured by (dltune ledger --role).
@@ -101,8 +106,15 @@ def summarise(
     return summary
 
 
+def _standard_error(deviation: float, values: object) -> float:
+    """The standard error of a phase's median, from its median absolute deviation and its rounds."""
+    rounds = len(values) if isinstance(values, list) and values else 1
+    return float(MEDIAN_ERROR_PER_MAD * deviation / rounds**0.5)
+
+
 def _shared(phase: Mapping[str, Any]) -> tuple[float, float, Mapping[str, Any]] | None:
-    """The phase's share of its reference, that share's deviation and the reference; None without."""
+    """The phase's share of its reference, that share's standard error and the reference; None
+    without."""
     reference = phase.get("reference")
     if not isinstance(reference, Mapping):
         return None
@@ -111,7 +123,9 @@ def _shared(phase: Mapping[str, Any]) -> tuple[float, float, Mapping[str, Any]] 
         reference_median = float(reference["median"])
     except (KeyError, TypeError, ValueError):
         return None
-    return (share, deviation, reference) if share > 0 and reference_median > 0 else None
+    if share <= 0 or reference_median <= 0:
+        return None
+    return share, _standard_error(deviation, phase.get("shares")), reference
 
 
 def compare(
@@ -133,7 +147,7 @@ def compare(
     then, now = _shared(before), _shared(after)
     if then is not None and now is not None:
         base, value = then[0], now[0]
-        spread = max(then[1], now[1])
+        errors = (then[1], now[1])
         change |= {
             "before_share": base,
             "after_share": value,
@@ -142,8 +156,11 @@ def compare(
         }
     else:
         base, value = float(before["median"]), float(after["median"])
-        spread = max(float(before["mad"]), float(after["mad"]))
-    noise = max(NOISE_DEVIATIONS * spread, NOISE_FLOOR * base)
+        errors = (
+            _standard_error(float(before["mad"]), before.get("rates")),
+            _standard_error(float(after["mad"]), after.get("rates")),
+        )
+    noise = max(NOISE_STANDARD_ERRORS * (errors[0] ** 2 + errors[1] ** 2) ** 0.5, NOISE_FLOOR * base)
     difference = value - base
     relative = difference / base if base > 0 else None
     verdict = (

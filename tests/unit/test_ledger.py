@@ -4,6 +4,7 @@ real directory, the audit's reading of the files (and of files it must not trust
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -20,28 +21,46 @@ from dltune.probes.manifest import read_ledger
 from dltune.snapshot import MANIFEST_DIR, Snapshot
 
 
-def phase(median: float, mad: float) -> dict:
-    return {"median": median, "mad": mad, "rates": [median]}
+def phase(median: float, mad: float, rounds: int = 1) -> dict:
+    return {"median": median, "mad": mad, "rates": [median] * rounds}
+
+
+def four_standard_errors(*mads_and_rounds: tuple[float, int]) -> float:
+    """The rule, written out: four standard errors of the difference of two medians, each median's
+    from its rounds' MAD (x 1.4826: a normal's sd) and their number (x 1.2533 / sqrt(n))."""
+    return 4 * math.hypot(*(1.4826 * 1.2533 * mad / math.sqrt(n) for mad, n in mads_and_rounds))
+
+
+NOISE_15 = four_standard_errors((20, 15), (40, 15))  # 85.8 of 1000
 
 
 @pytest.mark.parametrize(
     ("after", "verdict"),
     [
-        (1121.0, GAIN),  # +121 beyond three times the larger deviation (3 x 40)
-        (1120.0, WITHIN_NOISE),  # exactly at the noise: not a gain
-        (1100.0, WITHIN_NOISE),  # beyond twice it, which unchanged disks passed in 7 of 60 pairs here
-        (880.0, WITHIN_NOISE),
-        (879.0, LOSS),
+        (1000 + NOISE_15 + 0.01, GAIN),
+        (1000 + NOISE_15 - 0.01, WITHIN_NOISE),  # within: not a gain
+        (1000 + 2 * 40, WITHIN_NOISE),  # twice the larger deviation: unchanged disks passed it here
+        (1000 - NOISE_15 + 0.01, WITHIN_NOISE),
+        (1000 - NOISE_15 - 0.01, LOSS),
     ],
 )
-def test_a_change_is_a_gain_or_a_loss_only_beyond_three_times_the_larger_deviation(
+def test_a_change_is_a_gain_or_a_loss_only_beyond_four_standard_errors_of_the_difference(
     after: float, verdict: str
 ) -> None:
     change = compare(
-        "small-file reads /data", "small-file reads", "files/s", phase(1000, 20), phase(after, 40)
+        "small-file reads /data", "small-file reads", "files/s", phase(1000, 20, 15), phase(after, 40, 15)
     )
     assert change["verdict"] == verdict
-    assert change["change"] == pytest.approx(after / 1000 - 1) and change["noise"] == pytest.approx(0.12)
+    assert change["change"] == pytest.approx(after / 1000 - 1, abs=1e-4)
+    assert change["noise"] == pytest.approx(NOISE_15 / 1000, abs=1e-4)
+
+
+def test_fewer_rounds_make_a_wider_noise() -> None:
+    """The same deviations over 7 rounds instead of 15: what passed the noise no longer does."""
+    after = phase(1000 + NOISE_15 + 1, 40, 7)
+    change = compare("small-file reads /data", "small-file reads", "files/s", phase(1000, 20, 7), after)
+    assert change["verdict"] == WITHIN_NOISE
+    assert change["noise"] == pytest.approx(four_standard_errors((20, 7), (40, 7)) / 1000, abs=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -59,12 +78,14 @@ def test_nothing_to_measure_before_is_said_and_never_a_change() -> None:
 
 
 def test_the_words_say_the_change_or_that_it_was_within_noise() -> None:
-    gain = compare("small-file reads /data", "small-file reads", "files/s", phase(1000, 10), phase(1350, 10))
+    gain = compare(
+        "small-file reads /data", "small-file reads", "files/s", phase(1000, 10, 15), phase(1350, 10, 15)
+    )
     assert said(gain) == "small-file reads /data +35% (1000 -> 1350 files/s, noise +-3%)"
     flat = compare(
-        "scratch files in /tmp", "scratch files in /tmp", "files/s", phase(1000, 50), phase(1010, 50)
+        "scratch files in /tmp", "scratch files in /tmp", "files/s", phase(1000, 50, 15), phase(1010, 50, 15)
     )
-    assert said(flat) == "scratch files in /tmp: within noise (1000 -> 1010 files/s, noise +-15%)"
+    assert said(flat) == "scratch files in /tmp: within noise (1000 -> 1010 files/s, noise +-14%)"
 
 
 def shared(median: float, shares: list[float], reference: float) -> dict:
@@ -103,21 +124,29 @@ def test_the_nodes_own_speed_between_the_phases_is_no_part_of_the_roles_change()
     )
 
 
+SHARE_NOISE = four_standard_errors((0.02, 3), (0.04, 3))  # 0.192 of a share of 0.6
+
+
 @pytest.mark.parametrize(
     ("after_share", "verdict"),
-    [(0.7199, WITHIN_NOISE), (0.7201, GAIN), (0.4801, WITHIN_NOISE), (0.4799, LOSS)],
+    [
+        (0.6 + SHARE_NOISE - 1e-4, WITHIN_NOISE),
+        (0.6 + SHARE_NOISE + 1e-4, GAIN),
+        (0.6 - SHARE_NOISE + 1e-4, WITHIN_NOISE),
+        (0.6 - SHARE_NOISE - 1e-4, LOSS),
+    ],
 )
-def test_with_a_reference_a_gain_is_one_of_the_share_beyond_three_times_its_deviation(
+def test_with_a_reference_a_gain_is_one_of_the_share_beyond_four_standard_errors(
     after_share: float, verdict: str
 ) -> None:
-    """Shares deviating by 0.02 and 0.04: the noise is 0.12 of the share before (0.6), whatever the
-    rates did (here they halve: the node slowed)."""
+    """Shares of 3 rounds deviating by 0.02 and 0.04, whatever the rates did (here they halve: the
+    node slowed)."""
     before = summarise([60.0, 58.0, 62.0], [100.0] * 3, "r")  # shares 0.58..0.62: deviation 0.02
     spread = [after_share - 0.04, after_share, after_share + 0.04]
     after = summarise([50.0 * v for v in spread], [50.0] * 3, "r")  # deviation 0.04
     change = compare("small-file reads /data", "small-file reads", "files/s", before, after)
     assert change["verdict"] == verdict
-    assert change["noise"] == pytest.approx(0.12 / 0.6, abs=1e-4)
+    assert change["noise"] == pytest.approx(SHARE_NOISE / 0.6, abs=2e-3)
     assert change["reference_change"] == pytest.approx(-0.5)
 
 
@@ -134,7 +163,7 @@ def test_the_node_itself_is_named_only_beyond_the_noise() -> None:
 def test_an_old_entry_without_a_reference_is_compared_by_its_rates() -> None:
     """A before phase kept by a dltune without references, the after phase with one: the rates."""
     after = summarise([1350.0] * 3, [1400.0] * 3, "the same reads with O_NOATIME")
-    change = compare("small-file reads /data", "small-file reads", "files/s", phase(1000, 10), after)
+    change = compare("small-file reads /data", "small-file reads", "files/s", phase(1000, 10, 15), after)
     assert change["verdict"] == GAIN and change["change"] == pytest.approx(0.35)
     assert "before_share" not in change
     assert said(change) == "small-file reads /data +35% (1000 -> 1350 files/s, noise +-3%)"
@@ -143,7 +172,7 @@ def test_an_old_entry_without_a_reference_is_compared_by_its_rates() -> None:
 def test_dltune_ledger_measures_before_and_after_and_keeps_one_entry_per_role(tmp_path: Path) -> None:
     """Real measurements on a directory of this machine, before and after nothing changed: the entry
     exists, the pending file is gone, and no gain is claimed where nothing changed... unless the
-    machine's noise was larger than three times the deviation, in which case it says gain or loss with
+    machine's noise was larger than four standard errors, in which case it says gain or loss with
     figures (the rule is tested above); here: the shape and the cleanup."""
     data, ledger = tmp_path / "data", tmp_path / "ledger"
     data.mkdir()
@@ -158,8 +187,8 @@ def test_dltune_ledger_measures_before_and_after_and_keeps_one_entry_per_role(tm
     entry = json.loads((ledger / "data_disks.json").read_text())
     (change,) = entry["changes"]
     assert change["what"] == f"small-file reads {data}" and change["verdict"] in (GAIN, LOSS, WITHIN_NOISE)
-    assert len(change["before"]["rates"]) == len(change["after"]["rates"]) == 7
-    assert len(change["before"]["reference"]["rates"]) == len(change["after"]["shares"]) == 7
+    assert len(change["before"]["rates"]) == len(change["after"]["rates"]) == 15
+    assert len(change["before"]["reference"]["rates"]) == len(change["after"]["shares"]) == 15
     assert change["reference_is"] == "the same reads with O_NOATIME" and change["after_share"] > 0
     assert list(data.iterdir()) == []  # the measurement's files are gone
 
@@ -278,3 +307,30 @@ def test_scratch_rounds_measure_beside_the_tmpfs_reference_or_alone_without_one(
     assert "share" not in summarise(alone.rates, alone.reference, alone.reference_is)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shm", "tmp"] and not list(here.iterdir())
     assert "cannot make a scratch directory" in str(scratch_rounds(here, tmp_path / "absent", rounds=1))
+
+
+def test_the_read_measure_alternates_the_two_reads_chunk_by_chunk_and_round_by_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The order of the reads (recorded at _read_files: the flags of each chunk): as mounted and with
+    O_NOATIME alternate first place every chunk, and the round after starts with the other; each
+    arm pays one writeback. Then a real measure of this machine's directory: one rate a round."""
+    import os
+
+    from dltune.bench import io_cost
+
+    calls: list[tuple[int, int]] = []
+    real = io_cost._read_files
+
+    def recorded(names: list[str], epochs: int, flags: int, directory_fd: int) -> float:
+        calls.append((len(names), flags))
+        return real(names, epochs, flags, directory_fd)
+
+    monkeypatch.setattr(io_cost, "_read_files", recorded)
+    measured = io_cost.read_rounds(tmp_path, rounds=2, files=25, epochs=1, chunk=10)
+    plain, noatime = 0, os.O_NOATIME
+    first_round = [(10, plain), (10, noatime), (10, noatime), (10, plain), (5, plain), (5, noatime)]
+    second_round = [(10, noatime), (10, plain), (10, plain), (10, noatime), (5, noatime), (5, plain)]
+    assert calls == first_round + second_round
+    assert not isinstance(measured, str) and len(measured.rates) == len(measured.reference) == 2
+    assert measured.reference_is == "the same reads with O_NOATIME" and list(tmp_path.iterdir()) == []
