@@ -63,6 +63,13 @@ def _private_directory(mount: Path) -> Iterator[int | str]:
         except OSError as exc:
             yield f"cannot make a scratch directory in {mount} to measure in: {exc.strerror}"
             return
+        opened = os.fstat(fd)
+        # Between mkdir and open, another user of a writable, non-sticky mount could have put a
+        # directory of theirs at the name: what was opened must be ours and closed to others.
+        if opened.st_uid != os.geteuid() or opened.st_mode & 0o077:
+            os.close(fd)
+            yield f"cannot make a scratch directory in {mount} to measure in: {name} is not the one made"
+            return
         try:
             yield fd
         finally:
@@ -284,12 +291,17 @@ def read_rounds(
     with _private_directory(mount) as directory_fd:
         if isinstance(directory_fd, str):
             return directory_fd
-        paths = _files(directory_fd, files, size)
-        os.sync()  # what the host wrote before (another measure's files) is not written back in ours
-        times = [
-            _finely_paired_reads(paths, directory_fd, epochs, chunk, mounted_first=index % 2 == 0)
-            for index in range(rounds)
-        ]
+        try:
+            paths = _files(directory_fd, files, size)
+            # Only this file system is written back first: a host-wide sync would wait on every
+            # mount, a hung NFS server's too.
+            _syncfs(directory_fd)
+            times = [
+                _finely_paired_reads(paths, directory_fd, epochs, chunk, mounted_first=index % 2 == 0)
+                for index in range(rounds)
+            ]
+        except OSError as exc:  # a full disk: said, and the other measures still run
+            return f"cannot read and write small files in {mount}: {exc.strerror}"
     reads = files * epochs
     return Rounds(
         [reads / mounted for mounted, _ in times],
@@ -303,22 +315,37 @@ def scratch_rounds(
 ) -> Rounds | str:
     """The ledger's /tmp measure: files written, written back, read back and removed per second in
     ``tmp``, each round; and, interleaved, the same in the tmpfs ``tmpfs`` (/dev/shm: the reference)
-    where the node has one, else no reference (the rates alone, the machine's speed in them)."""
+    where the node has one and it takes the files, else no reference (the rates alone, the machine's
+    speed in them); or why there is no measure."""
     with contextlib.ExitStack() as stack:
         here = stack.enter_context(_private_directory(tmp))
         if isinstance(here, str):
             return here
         there = stack.enter_context(_private_directory(tmpfs)) if tmpfs is not None else None
-        if isinstance(there, str):
-            return there
-        os.sync()  # what the host wrote before is not written back in our rounds
-        if there is None:
+        _syncfs(here)  # what was written to /tmp's file system before is not written back in our rounds
+        try:
+            if isinstance(there, int):
+                try:
+                    on_tmp, on_tmpfs = _interleaved(
+                        rounds,
+                        lambda: _scratch_work(here, files, size),
+                        lambda: _scratch_work(there, files, size),
+                    )
+                    return Rounds(
+                        [files / t for t in on_tmp],
+                        [files / t for t in on_tmpfs],
+                        f"the same scratch work in the tmpfs {tmpfs}",
+                    )
+                except OSError:  # the tmpfs is full (a container's 64 MiB /dev/shm): no reference
+                    _empty(there)
             return Rounds([files / _scratch_work(here, files, size) for _ in range(rounds)], [], "")
-        on_tmp, on_tmpfs = _interleaved(
-            rounds, lambda: _scratch_work(here, files, size), lambda: _scratch_work(there, files, size)
-        )
-    return Rounds(
-        [files / t for t in on_tmp],
-        [files / t for t in on_tmpfs],
-        f"the same scratch work in the tmpfs {tmpfs}",
-    )
+        except OSError as exc:
+            return f"cannot do the scratch work in {tmp}: {exc.strerror}"
+        finally:
+            _syncfs(here)  # nothing of ours is left to be written back in the next measure
+
+
+def _empty(directory_fd: int) -> None:
+    for entry in os.listdir(directory_fd):
+        with contextlib.suppress(OSError):
+            os.unlink(entry, dir_fd=directory_fd)

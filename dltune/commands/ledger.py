@@ -23,6 +23,7 @@ def _measure(role: str, data: list[Path]) -> dict[str, dict[str, object]]:
     """Each measure of ``role`` as this node is now: what -> {kind, unit, median, mad, rates} or {why}."""
     from dltune.bench import io_cost
     from dltune.costs.ledger import ROLE_MEASURES, summarise
+    from dltune.probes.hostfs import HostFS
 
     if role == "nvidia_driver":
         rounds = _gpu_rounds()
@@ -42,7 +43,9 @@ def _measure(role: str, data: list[Path]) -> dict[str, dict[str, object]]:
             measured[what] = {"why": f"{where} does not exist yet"}
             continue
         files = (
-            io_cost.scratch_rounds(where, _tmpfs_reference())
+            io_cost.scratch_rounds(
+                where, _tmpfs_reference(HostFS("/").read_stripped("/proc/self/mountinfo") or "")
+            )
             if role == "tmpfs_tmp"
             else io_cost.read_rounds(where)
         )
@@ -56,13 +59,13 @@ def _measure(role: str, data: list[Path]) -> dict[str, dict[str, object]]:
     return measured
 
 
-def _tmpfs_reference() -> Path | None:
-    """/dev/shm where it is a tmpfs (the reference of /tmp's scratch work), else None."""
-    from dltune.probes.hostfs import HostFS
+def _tmpfs_reference(mountinfo: str) -> Path | None:
+    """/dev/shm where this mount table (/proc/self/mountinfo) has a tmpfs there (the reference of
+    /tmp's scratch work), else None."""
     from dltune.probes.mounts import parse_mountinfo
     from dltune.snapshot import mount_at
 
-    shm = mount_at(parse_mountinfo(HostFS("/").read_stripped("/proc/self/mountinfo") or ""), "/dev/shm")
+    shm = mount_at(parse_mountinfo(mountinfo), "/dev/shm")
     return Path("/dev/shm") if shm is not None and shm.fstype == "tmpfs" else None
 
 

@@ -306,7 +306,9 @@ def test_scratch_rounds_measure_beside_the_tmpfs_reference_or_alone_without_one(
     assert not isinstance(alone, str) and len(alone.rates) == 3 and alone.reference == []
     assert "share" not in summarise(alone.rates, alone.reference, alone.reference_is)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shm", "tmp"] and not list(here.iterdir())
-    assert "cannot make a scratch directory" in str(scratch_rounds(here, tmp_path / "absent", rounds=1))
+    no_tmpfs = scratch_rounds(here, tmp_path / "absent", rounds=1, files=5, size=64)
+    assert not isinstance(no_tmpfs, str) and len(no_tmpfs.rates) == 1 and no_tmpfs.reference == []
+    assert "cannot make a scratch directory" in str(scratch_rounds(tmp_path / "absent", there, rounds=1))
 
 
 def test_the_read_measure_alternates_the_two_reads_chunk_by_chunk_and_round_by_round(
@@ -334,3 +336,155 @@ def test_the_read_measure_alternates_the_two_reads_chunk_by_chunk_and_round_by_r
     assert calls == first_round + second_round
     assert not isinstance(measured, str) and len(measured.rates) == len(measured.reference) == 2
     assert measured.reference_is == "the same reads with O_NOATIME" and list(tmp_path.iterdir()) == []
+
+
+def test_each_read_arm_is_timed_as_its_own_and_each_pays_one_writeback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads as mounted take 1 s a chunk, with O_NOATIME 0.5 s; the first writeback 0.2 s (what the
+    reads dirtied), the second 0.1 s (nothing left): each arm's rate is its own time's, two writebacks
+    a round. Timings faked at _read_files and _timed_syncfs; the files and directories are real."""
+    import os
+
+    from dltune.bench import io_cost
+
+    writebacks: list[float] = []
+
+    def timed_syncfs(directory_fd: int) -> float:
+        writebacks.append(0.2 if len(writebacks) % 2 == 0 else 0.1)
+        return writebacks[-1]
+
+    monkeypatch.setattr(
+        io_cost, "_read_files", lambda names, epochs, flags, fd: 0.5 if flags & os.O_NOATIME else 1.0
+    )
+    monkeypatch.setattr(io_cost, "_timed_syncfs", timed_syncfs)
+    measured = io_cost.read_rounds(tmp_path, rounds=2, files=25, epochs=1, chunk=10)
+    assert not isinstance(measured, str)
+    assert measured.rates == pytest.approx([25 / 3.2] * 2)  # three chunks of 1 s, and 0.2 s
+    assert measured.reference == pytest.approx([25 / 1.6] * 2)  # three chunks of 0.5 s, and 0.1 s
+    assert writebacks == [0.2, 0.1, 0.2, 0.1]
+
+
+def test_each_scratch_arm_is_timed_in_its_own_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scratch work takes 1 s in /tmp's stand-in and 0.25 s in the tmpfs's (faked at _scratch_work,
+    which directory it ran in read from the descriptor): the rates are /tmp's, the reference the
+    tmpfs's. A full tmpfs (ENOSPC there) leaves /tmp's rates without a reference."""
+    import errno
+    import os
+
+    from dltune.bench import io_cost
+
+    here, there = tmp_path / "tmp", tmp_path / "shm"
+    here.mkdir()
+    there.mkdir()
+
+    def in_tmpfs(directory_fd: int) -> bool:
+        return os.readlink(f"/proc/self/fd/{directory_fd}").startswith(str(there))
+
+    monkeypatch.setattr(io_cost, "_scratch_work", lambda fd, files, size: 0.25 if in_tmpfs(fd) else 1.0)
+    measured = io_cost.scratch_rounds(here, there, rounds=3, files=100)
+    assert not isinstance(measured, str)
+    assert measured.rates == [100.0] * 3 and measured.reference == [400.0] * 3
+
+    def full_tmpfs(fd: int, files: int, size: int) -> float:
+        if in_tmpfs(fd):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return 1.0
+
+    monkeypatch.setattr(io_cost, "_scratch_work", full_tmpfs)
+    alone = io_cost.scratch_rounds(here, there, rounds=3, files=100)
+    assert not isinstance(alone, str) and alone.rates == [100.0] * 3 and alone.reference == []
+    assert not list(here.iterdir()) and not list(there.iterdir())
+
+
+def test_a_full_disk_is_said_and_never_escapes_the_measure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from dltune.bench import io_cost
+
+    def full(directory_fd: int, count: int, size: int) -> list[str]:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(io_cost, "_files", full)
+    said_ = io_cost.read_rounds(tmp_path)
+    assert said_ == f"cannot read and write small files in {tmp_path}: No space left on device"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_scratch_directory_that_is_not_the_one_made_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a user of a writable, non-sticky mount could do between mkdir and open, simulated by a
+    mkdir that leaves the directory open to all: refused before any file is made in it."""
+    import os
+
+    from dltune.bench import io_cost
+
+    real_mkdir = os.mkdir
+
+    def open_to_all(name: str, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        real_mkdir(name, mode, dir_fd=dir_fd)
+        os.chmod(name, 0o777, dir_fd=dir_fd)  # noqa: S103 (the hostile directory the code must refuse)
+
+    monkeypatch.setattr(io_cost.os, "mkdir", open_to_all)
+    refused = io_cost.read_rounds(tmp_path, rounds=1, files=3)
+    assert isinstance(refused, str) and "is not the one made" in refused
+    (made,) = tmp_path.iterdir()
+    assert list(made.iterdir()) == []
+
+
+@pytest.mark.parametrize(("fstype", "expected"), [("tmpfs", Path("/dev/shm")), ("ext4", None), (None, None)])
+def test_dev_shm_is_the_reference_only_where_it_is_a_tmpfs(fstype: str | None, expected: Path | None) -> None:
+    from dltune.commands.ledger import _tmpfs_reference
+
+    mountinfo = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n" + (
+        f"25 22 0:22 / /dev/shm rw,nosuid,nodev shared:4 - {fstype} {fstype} rw,inode64\n" if fstype else ""
+    )
+    assert _tmpfs_reference(mountinfo) == expected
+
+
+def test_the_node_itself_is_named_beyond_a_noise_wider_than_the_floor() -> None:
+    """Shares of 5 rounds deviating by 0.02 around 0.9: a noise of ~10%; the node moved 8% (not
+    named) or 12% (named)."""
+
+    def said_with(reference_after: float) -> str:
+        shares = [0.88, 0.9, 0.92, 0.88, 0.92]
+        before = summarise([100 * v for v in shares], [100.0] * 5, "r")
+        after = summarise([reference_after * v for v in shares], [reference_after] * 5, "r")
+        change = compare("scratch files in /tmp", "scratch files in /tmp", "files/s", before, after)
+        assert 0.09 < change["noise"] < 0.11
+        return said(change)
+
+    assert not said_with(108.0).endswith("the node itself +8%)")
+    assert said_with(112.0).endswith("the node itself +12%)")
+
+
+def test_a_share_of_zero_is_no_reference_and_divides_nothing_by_it() -> None:
+    before = summarise([0.0, 0.0, 0.0], [10.0] * 3, "r")
+    after = summarise([5.0, 5.0, 5.0], [10.0] * 3, "r")
+    change = compare("small-file reads /data", "small-file reads", "files/s", before, after)
+    assert "before_share" not in change and change["verdict"] == WITHIN_NOISE and change["change"] is None
+
+
+def test_the_audit_takes_an_entry_with_shares_and_refuses_one_whose_share_is_no_number(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / MANIFEST_DIR.lstrip("/") / "ledger"
+    ledger.mkdir(parents=True)
+    good = entry("data_disks", GAIN, 0.2)
+    good["changes"][0] |= {"before_share": 0.8, "after_share": 0.96, "reference_is": "the same reads with "
+                           "O_NOATIME", "reference_change": 0.64}  # fmt: skip
+    bad = entry("tmpfs_tmp", GAIN, 0.2)
+    bad["role"] = "tmpfs_tmp"
+    bad["changes"][0] |= {"kind": "scratch files in /tmp", "before_share": "x"}
+    (ledger / "data_disks.json").write_text(json.dumps(good))
+    (ledger / "tmpfs_tmp.json").write_text(json.dumps(bad))
+    entries, problems = read_ledger(HostFS(tmp_path))
+    assert [e["role"] for e in entries] == ["data_disks"]
+    assert list(problems) == [f"{MANIFEST_DIR}/ledger/tmpfs_tmp.json"]
+    (result,) = tuning_ledger(Snapshot(root=str(tmp_path), ledger=entries))
+    assert "80% -> 96% of the same reads with O_NOATIME" in result.summary
