@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import statistics
 import time
@@ -36,13 +37,34 @@ SMALL_FILE_READS = "small-file reads"
 SCRATCH = "scratch files in /tmp"
 
 
+@functools.cache
+def _libc_syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs, looked up once: find_library runs ldconfig, ~10 ms that were inside every timed
+    writeback."""
+    libc_name = ctypes.util.find_library("c")
+    return getattr(ctypes.CDLL(libc_name, use_errno=True), "syncfs", None) if libc_name else None
+
+
 def _syncfs(fd: int) -> None:
     """Write back the file system holding ``fd`` (its dirty inodes: the access times); all of them
     where libc has no syncfs."""
-    libc_name = ctypes.util.find_library("c")
-    syncfs = getattr(ctypes.CDLL(libc_name, use_errno=True), "syncfs", None) if libc_name else None
+    syncfs = _libc_syncfs()
     if syncfs is None or syncfs(fd) != 0:
         os.sync()
+
+
+def _settle(directory_fd: int) -> None:
+    """Before a measure's rounds: what was written before (the install that ran just before, another
+    measure's files) is written back now, not inside the rounds. The measured file system and the
+    root's (where most nodes' /var, /tmp and packages live; on a container, the host's disk); never
+    every mount as sync(2) would, which waits on a hung NFS server."""
+    _syncfs(directory_fd)
+    with contextlib.suppress(OSError):
+        root = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _syncfs(root)
+        finally:
+            os.close(root)
 
 
 @contextlib.contextmanager
@@ -293,9 +315,7 @@ def read_rounds(
             return directory_fd
         try:
             paths = _files(directory_fd, files, size)
-            # Only this file system is written back first: a host-wide sync would wait on every
-            # mount, a hung NFS server's too.
-            _syncfs(directory_fd)
+            _settle(directory_fd)
             times = [
                 _finely_paired_reads(paths, directory_fd, epochs, chunk, mounted_first=index % 2 == 0)
                 for index in range(rounds)
@@ -322,7 +342,7 @@ def scratch_rounds(
         if isinstance(here, str):
             return here
         there = stack.enter_context(_private_directory(tmpfs)) if tmpfs is not None else None
-        _syncfs(here)  # what was written to /tmp's file system before is not written back in our rounds
+        _settle(here)
         try:
             if isinstance(there, int):
                 try:

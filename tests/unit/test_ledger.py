@@ -488,3 +488,31 @@ def test_the_audit_takes_an_entry_with_shares_and_refuses_one_whose_share_is_no_
     assert list(problems) == [f"{MANIFEST_DIR}/ledger/tmpfs_tmp.json"]
     (result,) = tuning_ledger(Snapshot(root=str(tmp_path), ledger=entries))
     assert "80% -> 96% of the same reads with O_NOATIME" in result.summary
+
+
+def test_a_measure_settles_its_own_file_system_and_the_roots_never_every_mount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What is written back before the rounds (recorded at _syncfs, os.sync forbidden): the measured
+    directory's file system, then the root's; no host-wide sync, which waits on a hung NFS server."""
+    import os
+
+    from dltune.bench import io_cost
+
+    synced: list[str] = []
+    monkeypatch.setattr(io_cost, "_syncfs", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
+    monkeypatch.setattr(io_cost.os, "sync", lambda: pytest.fail("a host-wide sync"))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    with io_cost._private_directory(scratch) as directory_fd:
+        assert isinstance(directory_fd, int)
+        io_cost._settle(directory_fd)
+        made = os.readlink(f"/proc/self/fd/{directory_fd}")
+    assert synced == [made, "/"] and made.startswith(str(scratch))
+
+
+def test_libc_syncfs_is_looked_up_once() -> None:
+    """find_library runs ldconfig (~10 ms): never inside a timed writeback."""
+    from dltune.bench import io_cost
+
+    assert io_cost._libc_syncfs() is io_cost._libc_syncfs() is not None
