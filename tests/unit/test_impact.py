@@ -346,3 +346,26 @@ def test_the_first_section_stays_short_above_the_grid() -> None:
     first = page[page.index("<h2>What to fix first</h2>") : page.index("<h2>Findings</h2>")]
     assert first.count("<td>system.odd_") == 10 and "+20 more (the findings below)" in first
     assert page.count('<td><span class="tok">system.odd_') == 30  # all of them in the findings table
+
+
+@pytest.mark.parametrize(
+    ("losses", "priced"),
+    [
+        ([0.20, 0.21, 0.19, 0.20, 0.22], 0.20),  # steady: the median loss
+        ([0.20, 0.02, 0.40, 0.10, 0.30], 0.0),  # each round's loss deviates by 0.1: 0.2 is within 2 x that
+        ([0.02, 0.02, 0.02], 0.0),  # under the 3% floor
+    ],
+)
+def test_the_atime_cost_is_the_median_loss_of_each_round_beyond_twice_its_deviation(
+    monkeypatch: pytest.MonkeyPatch, losses: list[float], priced: float
+) -> None:
+    """Each round's reads as mounted against the same round's O_NOATIME reads (faked at read_rounds:
+    the measure itself is tested in test_ledger), so a round the whole machine slowed moves both."""
+    speeds = [1.0, 0.5, 2.0, 1.0, 0.7][: len(losses)]  # the machine's own speed, round by round
+    rounds = io_cost.Rounds(
+        [100 * s * (1 - loss) for s, loss in zip(speeds, losses, strict=True)], [100 * s for s in speeds], "r"
+    )
+    monkeypatch.setattr(io_cost, "read_rounds", lambda *args, **kwargs: rounds)
+    cost = io_cost.atime_cost(Path("/data"), "strictatime", rounds=len(losses))
+    assert cost.fraction == pytest.approx(priced)
+    assert ("within the measurement's noise" in cost.method) == (priced == 0.0)
