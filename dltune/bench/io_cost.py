@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from dltune.costs.impact import IoCost
-from dltune.costs.ledger import NOISE_FLOOR
+from dltune.costs.ledger import NOISE_FLOOR, median_and_deviation
 from dltune.files import dirfd
 
 TWO_DAYS_S = 2 * 24 * 3600
@@ -96,9 +96,7 @@ def _private_directory(mount: Path) -> Iterator[int | str]:
         try:
             yield fd
         finally:
-            for entry in os.listdir(fd):
-                with contextlib.suppress(OSError):
-                    os.unlink(entry, dir_fd=fd)
+            _empty(fd)
             made = os.fstat(fd)
             os.close(fd)
             now = dirfd.lstat_at(parent, name)
@@ -181,9 +179,8 @@ def _median_pair(
     """Both arms' medians over interleaved rounds, and the noise: twice the larger arm's median absolute
     deviation (a round a CPU quota or another process stalled moves the range, not this)."""
     ones, twos = _interleaved(rounds, first, second)
-    one, two = statistics.median(ones), statistics.median(twos)
-    spread = max(statistics.median(abs(v - one) for v in ones), statistics.median(abs(v - two) for v in twos))
-    return one, two, 2 * spread
+    (one, one_spread), (two, two_spread) = median_and_deviation(ones), median_and_deviation(twos)
+    return one, two, 2 * max(one_spread, two_spread)
 
 
 def _cost(slower: float, faster: float, noise: float, of: str, method: str) -> IoCost:
@@ -214,8 +211,8 @@ def atime_cost(
         1.0 - mounted / reference
         for mounted, reference in zip(measured.rates, measured.reference, strict=True)
     ]
-    loss = statistics.median(losses)
-    noise = max(2 * statistics.median(abs(v - loss) for v in losses), NOISE_FLOOR)
+    loss, deviation = median_and_deviation(losses)
+    noise = max(2 * deviation, NOISE_FLOOR)
     method = (
         f"{files} files of {size} B read {epochs} times on {mount}: {plain * 1e3:.0f} ms as mounted "
         f"({mode}), {noatime * 1e3:.0f} ms with O_NOATIME (as noatime would), alternating every 100 files, "
@@ -363,6 +360,7 @@ def scratch_rounds(
 
 
 def _empty(directory_fd: int) -> None:
+    """Every file of ours in the directory removed (its entries, never followed)."""
     for entry in os.listdir(directory_fd):
         with contextlib.suppress(OSError):
             os.unlink(entry, dir_fd=directory_fd)

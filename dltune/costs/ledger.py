@@ -74,7 +74,8 @@ ENTRY_SCHEMA = of(
 )
 
 
-def _median_and_deviation(values: Sequence[float]) -> tuple[float, float]:
+def median_and_deviation(values: Sequence[float]) -> tuple[float, float]:
+    """The values' median and their median absolute deviation from it."""
     import statistics  # the audit imports this module for its schema alone: not worth its start-up
 
     middle = statistics.median(values)
@@ -87,7 +88,7 @@ def summarise(
     """One phase's measurement: each round's rate, their median and median absolute deviation; with a
     reference measured in the same rounds, also each round's share of it (rate / reference), their
     median and deviation."""
-    middle, deviation = _median_and_deviation(rates)
+    middle, deviation = median_and_deviation(rates)
     summary: dict[str, Any] = {
         "rates": [round(r, 3) for r in rates],
         "median": round(middle, 3),
@@ -95,11 +96,11 @@ def summarise(
     }
     if reference and len(reference) == len(rates) and all(r > 0 for r in reference):
         shares = [rate / ref for rate, ref in zip(rates, reference, strict=True)]
-        share, share_deviation = _median_and_deviation(shares)
+        share, share_deviation = median_and_deviation(shares)
         summary["reference"] = {
             "is": reference_is,
             "rates": [round(r, 3) for r in reference],
-            "median": round(_median_and_deviation(reference)[0], 3),
+            "median": round(median_and_deviation(reference)[0], 3),
         }
         summary |= {"shares": [round(v, 4) for v in shares], "share": round(share, 4),
                     "share_mad": round(share_deviation, 4)}  # fmt: skip

@@ -303,6 +303,11 @@ def is_installed(abbrev: str) -> bool:
     return len(abbrev) >= 2 and abbrev[1] == "i" and abbrev[0] in "ih"
 
 
+def is_held(abbrev: str) -> bool:
+    """dpkg's selection is hold (the abbreviation's first letter: "hi", "hc", ...)."""
+    return abbrev.startswith("h")
+
+
 def parse_simulation(text: str) -> tuple[list[str], list[str]]:
     """`apt-get install -s` -> (packages it would install or upgrade, packages it would remove)."""
     install, remove = [], []
@@ -359,7 +364,7 @@ def holds_to_release(dpkg: dict[str, tuple[str, str]], hold: list[str]) -> list[
     return sorted(
         name
         for name, (_, abbrev) in dpkg.items()
-        if abbrev.startswith("h") and DRIVER_PACKAGE.match(name) and name not in hold
+        if is_held(abbrev) and DRIVER_PACKAGE.match(name) and name not in hold
     )
 
 
@@ -367,7 +372,7 @@ def not_yet_held(dpkg: dict[str, tuple[str, str]], hold: list[str]) -> list[str]
     """The packages of the hold set that dpkg does not hold yet (those still to install among them):
     the role holds only these, one module run each, so a node already held costs none (a fleet's
     idempotent run made ten runs per node of them)."""
-    return [name for name in hold if not dpkg.get(name, ("", ""))[1].startswith("h")]
+    return [name for name in hold if not is_held(dpkg.get(name, ("", ""))[1])]
 
 
 def installed_branch_packages(dpkg: dict[str, tuple[str, str]], branch: str) -> tuple[list[str], list[str]]:
@@ -375,7 +380,7 @@ def installed_branch_packages(dpkg: dict[str, tuple[str, str]], branch: str) -> 
     installed = sorted(
         name for name, (_, abbrev) in dpkg.items() if is_installed(abbrev) and belongs_to_branch(name, branch)
     )
-    return installed, [name for name in installed if dpkg[name][1].startswith("h")]
+    return installed, [name for name in installed if is_held(dpkg[name][1])]
 
 
 def loaded_module() -> str | None:

@@ -233,6 +233,16 @@ def test_fresh_hgx_a100_gets_the_recommended_driver_with_prebuilt_modules_and_fa
         simulation=(0, simulation, ""),
     )
     result = run_plan(monkeypatch, capsys, node, _ansible_check_mode=True, **planning(sys_dir))
+    held = [
+        "libnvidia-compute-580-server",
+        "linux-modules-nvidia-580-server-open-5.15.0-160-generic",
+        "linux-modules-nvidia-580-server-open-generic",
+        "nvidia-fabricmanager-580",
+        "nvidia-firmware-580-server-580.178.04",
+        "nvidia-headless-no-dkms-580-server-open",
+        "nvidia-kernel-common-580-server",
+        "nvidia-utils-580-server",
+    ]
     assert result == {
         "changed": False,
         "offered": offered_in(A100_WITH_KERNEL),
@@ -246,26 +256,8 @@ def test_fresh_hgx_a100_gets_the_recommended_driver_with_prebuilt_modules_and_fa
         "missing": packages,
         "to_install": incoming,
         "to_remove": [],
-        "hold": [
-            "libnvidia-compute-580-server",
-            "linux-modules-nvidia-580-server-open-5.15.0-160-generic",
-            "linux-modules-nvidia-580-server-open-generic",
-            "nvidia-fabricmanager-580",
-            "nvidia-firmware-580-server-580.178.04",
-            "nvidia-headless-no-dkms-580-server-open",
-            "nvidia-kernel-common-580-server",
-            "nvidia-utils-580-server",
-        ],
-        "hold_needed": [  # nothing of the driver is on the node yet: all of it
-            "libnvidia-compute-580-server",
-            "linux-modules-nvidia-580-server-open-5.15.0-160-generic",
-            "linux-modules-nvidia-580-server-open-generic",
-            "nvidia-fabricmanager-580",
-            "nvidia-firmware-580-server-580.178.04",
-            "nvidia-headless-no-dkms-580-server-open",
-            "nvidia-kernel-common-580-server",
-            "nvidia-utils-580-server",
-        ],
+        "hold": held,
+        "hold_needed": held,  # nothing of the driver is on the node yet: all of it
         "release_holds": [],
         "gpu_count": 8,
         "nvswitch_count": 6,
