@@ -47,11 +47,12 @@ def _libc_syncfs() -> Callable[[int], int] | None:
 
 
 def _syncfs(fd: int) -> None:
-    """Write back the file system holding ``fd`` (its dirty inodes: the access times); all of them
-    where libc has no syncfs."""
+    """Write back the file system holding ``fd`` (its dirty inodes: the access times). Where libc has
+    no syncfs, or it fails (EIO after a lost write), nothing is written back here: never sync(2), which
+    writes back every mount and waits on a hung NFS server (the node being judged may have one)."""
     syncfs = _libc_syncfs()
-    if syncfs is None or syncfs(fd) != 0:
-        os.sync()
+    if syncfs is not None:
+        syncfs(fd)
 
 
 def _settle(directory_fd: int) -> None:

@@ -17,6 +17,7 @@ GPU's TFLOPS, an entry of an older dltune) the rates themselves are compared.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -124,16 +125,31 @@ def _shared(phase: Mapping[str, Any]) -> tuple[float, float, Mapping[str, Any]] 
         reference_median = float(reference["median"])
     except (KeyError, TypeError, ValueError):
         return None
+    if not all(math.isfinite(v) for v in (share, deviation, reference_median)):
+        return None
     if share <= 0 or reference_median <= 0:
         return None
     return share, _standard_error(deviation, phase.get("shares")), reference
+
+
+def _measured(phase: Mapping[str, Any] | None) -> bool:
+    """Whether a phase holds a rate to compare with: a finite median and deviation (a before-file from
+    an older or damaged writer may hold none, or NaN, which JSON admits)."""
+    if not isinstance(phase, Mapping) or not phase:
+        return False
+    try:
+        median, deviation = float(phase["median"]), float(phase["mad"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return math.isfinite(median) and math.isfinite(deviation) and median >= 0
 
 
 def compare(
     what: str, kind: str, unit: str, before: Mapping[str, Any] | None, after: Mapping[str, Any]
 ) -> dict[str, Any]:
     """One measure's change from before to after the role: a gain or a loss beyond the noise, or
-    within it; "not measured before" where the first phase had nothing to measure (a new mount).
+    within it; "not measured before" where the first phase had nothing to measure (a new mount) or
+    holds no finite rate.
     Where both phases have a reference, the change is that of the share of it (the node's own speed
     taken out); else that of the rates."""
     change: dict[str, Any] = {
@@ -143,7 +159,7 @@ def compare(
         "after_rate": after["median"],
         "after": after,
     }
-    if not before:
+    if before is None or not _measured(before):
         return change | {"verdict": NOT_BEFORE, "before_rate": None, "change": None, "noise": None}
     then, now = _shared(before), _shared(after)
     if then is not None and now is not None:

@@ -77,6 +77,34 @@ def test_nothing_to_measure_before_is_said_and_never_a_change() -> None:
     assert said(change) == "small-file reads /data: 900 files/s after (nothing to measure before)"
 
 
+@pytest.mark.parametrize(
+    "before",
+    [
+        {"median": float("nan"), "mad": 5.0, "rates": [1.0]},
+        {"median": 1000.0, "mad": float("inf"), "rates": [1.0]},
+        {"median": -1.0, "mad": 5.0},
+        {"mad": 5.0},
+        {"median": "fast", "mad": 5.0},
+    ],
+)
+def test_a_before_phase_without_a_finite_rate_is_not_measured_before_never_a_nan_loss(before: dict) -> None:
+    """A before-file from a damaged or older writer (JSON admits NaN): nothing to compare with, said so;
+    never a loss or gain whose change is NaN."""
+    change = compare("small-file reads /data", "small-file reads", "files/s", before, phase(900, 5))
+    assert change["verdict"] == NOT_BEFORE and change["change"] is None
+
+
+def test_a_share_that_is_not_finite_falls_back_to_the_rates() -> None:
+    """A NaN share in the before phase: the rates are compared, never a NaN share."""
+    before = phase(1000, 10, 15) | {"reference": {"is": "x", "median": 1000.0}, "share": float("nan"),
+                                    "share_mad": 0.01, "shares": [1.0] * 15}  # fmt: skip
+    after = phase(1350, 10, 15) | {"reference": {"is": "x", "median": 1000.0}, "share": 1.35,
+                                   "share_mad": 0.01, "shares": [1.35] * 15}  # fmt: skip
+    change = compare("small-file reads /data", "small-file reads", "files/s", before, after)
+    assert change["verdict"] == GAIN and change["change"] == pytest.approx(0.35)
+    assert "before_share" not in change
+
+
 def test_the_words_say_the_change_or_that_it_was_within_noise() -> None:
     gain = compare(
         "small-file reads /data", "small-file reads", "files/s", phase(1000, 10, 15), phase(1350, 10, 15)
@@ -516,3 +544,24 @@ def test_libc_syncfs_is_looked_up_once() -> None:
     from dltune.bench import io_cost
 
     assert io_cost._libc_syncfs() is io_cost._libc_syncfs() is not None
+
+
+@pytest.mark.parametrize("libc_syncfs", [None, lambda fd: -1], ids=["no syncfs in libc", "syncfs fails"])
+def test_a_missing_or_failing_syncfs_never_falls_back_to_a_host_wide_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, libc_syncfs: object
+) -> None:
+    """sync(2) writes back every mount and waits on a hung NFS server, which a node being judged may
+    have: where syncfs is missing or fails (EIO), nothing is written back instead. The lookup is faked
+    (libc here has syncfs); os.sync is forbidden."""
+    import os
+
+    from dltune.bench import io_cost
+
+    monkeypatch.setattr(io_cost, "_libc_syncfs", lambda: libc_syncfs)
+    monkeypatch.setattr(io_cost.os, "sync", lambda: pytest.fail("a host-wide sync"))
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        io_cost._syncfs(fd)
+        io_cost._settle(fd)
+    finally:
+        os.close(fd)
