@@ -82,14 +82,7 @@ browser:
 
 # Needs the lab (make lab): DLTUNE_LAB_REQUIRED turns a missing lab into a failure, not a skip.
 pytest: venv browser
-	pytest tests/unit -m "not fuzz" -n 2 --durations=10
-	# The fuzz tier once, tests.fuzzing.FUZZ_EXAMPLES (2,000) examples each.
-	pytest -m fuzz -n 2 --durations=5
-	# One at a time: the lab tests share the lab's nodes and the host's loop devices.
-	DLTUNE_LAB_REQUIRED=1 pytest tests/integration -m "not slow and not fuzz" --durations=40
-	# PyTorch in a process of its own: ansible (imported by the lab tests) patches sys.intern, which
-	# torch's dynamo refuses at import.
-	DLTUNE_LAB_REQUIRED=1 pytest tests/integration/test_bench_cpu.py tests/unit/test_bench_gpu_path.py
+	bash tests/run_pytest.sh
 
 # Molecule default (needs `make lab`'s Docker engine and images) and tier 3 of nfs_multivip (QEMU
 # under TCG, reboots: root, no Docker needed).

@@ -13,12 +13,40 @@ phase() {
   local start=$EPOCHREALTIME rc=0
   echo "=== phase: $name ===" >&2
   "$@" || rc=$?
+  record "$name" "$start" "$EPOCHREALTIME" "$rc" ""
+  return $rc
+}
+
+record() {
+  local name=$1 start=$2 end=$3 rc=$4 note=$5
   # The disk left after each phase: a machine that ran short shows it here (a test that judges free
   # space, a scenario that died writing, would otherwise look like a bug of ours).
   local free
   free=$(df -h --output=avail / | tail -1 | tr -d ' ')
-  PHASES+=("$(awk -v a="$start" -v b="$EPOCHREALTIME" -v n="$name" -v rc="$rc" -v free="$free" \
-    'BEGIN{printf "%-10s %7.1fs  %-15s disk free %s", n, b-a, (rc==0 ? "ok" : "FAILED (rc " rc ")"), free}')")
+  PHASES+=("$(awk -v a="$start" -v b="$end" -v n="$name" -v rc="$rc" -v free="$free" -v note="$note" \
+    'BEGIN{printf "%-10s %7.1fs  %-15s disk free %s%s", n, b-a, (rc==0 ? "ok" : "FAILED (rc " rc ")"), free, note}')")
+}
+
+# A phase that runs beside the next ones (each short, with a core left idle by downloads or by a
+# single-threaded tool): its output goes to build/logs/phase-<name>.log, shown when it is collected;
+# its time is its own, from its start to its end.
+declare -A BESIDE_PID=() BESIDE_START=()
+beside() {
+  local name=$1; shift
+  echo "=== phase: $name (beside the next phases: build/logs/phase-$name.log) ===" >&2
+  BESIDE_START[$name]=$EPOCHREALTIME
+  ( rc=0; "$@" >"build/logs/phase-$name.log" 2>&1 || rc=$?
+    echo "$rc $EPOCHREALTIME" >"build/logs/phase-$name.end"; exit "$rc" ) &
+  BESIDE_PID[$name]=$!
+}
+
+collect() {
+  local name=$1 rc=0 end
+  wait "${BESIDE_PID[$name]}" || rc=$?
+  echo "=== phase: $name (ran beside; its output) ===" >&2
+  cat "build/logs/phase-$name.log"
+  end=$(cut -d' ' -f2 "build/logs/phase-$name.end" 2>/dev/null) || end=$EPOCHREALTIME
+  record "$name" "${BESIDE_START[$name]}" "${end:-$EPOCHREALTIME}" "$rc" "  (ran beside lint)"
   return $rc
 }
 
@@ -56,8 +84,15 @@ trap finish EXIT
 
 phase venv make -s venv || exit 1
 phase lab env DLTUNE_LAB_WITH_NODES=0 make -s lab || exit 1
+mkdir -p build/logs
+# Beside lint: the oldest Python's tier (a venv of its own: pip's downloads) and the NFS VM's image
+# (debootstrap: downloads and unpacking), which make pytest's VM tier boots; built here, its minutes
+# are not the VM tier's.
+beside py310 make -s py310
+beside vm-image bash tests/lab/nfs-vm.sh build
 phase lint make -s lint || status=1
-phase py310 make -s py310 || status=1
+collect py310 || status=1
+collect vm-image || status=1
 phase molecule make -s molecule || status=1
 phase nodes make -s lab || exit 1
 phase pytest run_pytest || status=1

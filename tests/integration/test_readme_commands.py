@@ -18,6 +18,9 @@ import yaml
 
 from tests.conftest import REPO_ROOT
 
+# The Install block runs `make release`, which rewrites build/wheelhouse (tests/run_pytest.sh).
+pytestmark = pytest.mark.release
+
 
 def _block(section: str) -> str:
     """The first ```sh block under the README's ``## <section>`` heading."""

@@ -26,7 +26,7 @@ from tests.conftest import REPO_ROOT
 from tests.integration.test_prometheus_live import alerts_and_panels, assert_fires_for_only, needed
 from tests.integration.test_readme_commands import admin_env, run_install_block
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.release]  # its admin runs the Install block
 NODES = ("dltune-lab-node1", "dltune-lab-node2", "dltune-lab-node3")
 CONTROLLER = "dltune-lab-slurmctl"
 
