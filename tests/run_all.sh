@@ -47,6 +47,7 @@ beside() {
 collect() {
   local name=$1 rc=0 end
   wait "${BESIDE_PID[$name]}" || rc=$?
+  unset "BESIDE_PID[$name]"
   echo "=== phase: $name (ran beside; its output) ===" >&2
   cat "build/logs/phase-$name.log"
   end=$(cut -d' ' -f2 "build/logs/phase-$name.end" 2>/dev/null) || end=$EPOCHREALTIME
@@ -77,6 +78,8 @@ run_pytest() {
 }
 
 finish() {
+  # A phase still running beside (the run stopped before collecting it) stops with the run.
+  [ ${#BESIDE_PID[@]} -eq 0 ] || kill "${BESIDE_PID[@]}" 2>/dev/null
   phase lab-down make -s lab-down || true
   echo
   molecule_failures

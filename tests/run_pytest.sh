@@ -16,10 +16,13 @@ vm_log=build/logs/pytest-vm-tier.log
 status=0
 export DLTUNE_LAB_REQUIRED=1  # a missing lab, VM or browser fails, never skips
 
-# Its own cache and temporary directories: two pytest sessions never share them.
+# Its own cache and temporary directories: two pytest sessions never share them. Started as a job
+# (set -m): a plain background command ignores SIGINT, and so would the INT the trap below sends.
+set -m
 pytest "$VM_TIER" -m "not slow and not fuzz" -p no:cacheprovider --basetemp=build/pytest-vm-tier \
   --durations=5 >"$vm_log" 2>&1 &
 vm_tier=$!
+set +m
 # Interrupted: the tier stops as on Ctrl-C, so that its fixture stops the VM and the storage namespace.
 trap 'kill -INT "$vm_tier" 2>/dev/null; wait "$vm_tier"; exit 130' INT TERM
 
