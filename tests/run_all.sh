@@ -40,7 +40,7 @@ beside() {
   echo "=== phase: $name (beside the next phases: build/logs/phase-$name.log) ===" >&2
   BESIDE_START[$name]=$EPOCHREALTIME
   ( rc=0; "$@" >"build/logs/phase-$name.log" 2>&1 || rc=$?
-    echo "$rc $EPOCHREALTIME" >"build/logs/phase-$name.end"; exit "$rc" ) &
+    echo "$EPOCHREALTIME" >"build/logs/phase-$name.end"; exit "$rc" ) &
   BESIDE_PID[$name]=$!
 }
 
@@ -50,8 +50,8 @@ collect() {
   unset "BESIDE_PID[$name]"
   echo "=== phase: $name (ran beside; its output) ===" >&2
   cat "build/logs/phase-$name.log"
-  end=$(cut -d' ' -f2 "build/logs/phase-$name.end" 2>/dev/null) || end=$EPOCHREALTIME
-  record "$name" "${BESIDE_START[$name]}" "${end:-$EPOCHREALTIME}" "$rc" "  (ran beside lint)"
+  end=$(cat "build/logs/phase-$name.end" 2>/dev/null)
+  record "$name" "${BESIDE_START[$name]}" "${end:-$EPOCHREALTIME}" "$rc" "  (ran beside the next phases)"
   return $rc
 }
 
