@@ -1,7 +1,7 @@
 # Two commands for a fresh machine (run as root: the lab starts a Docker engine):
 #   make demo   the admin's path on the lab (3 nodes, the NFS VM): the README's install of the release, then dltune.cluster.site, each node's audit and bench (and one over Slurm), the report
 #   make test   everything CI runs: venv, lab, linters, staging and input tests on Python 3.10, pytest, each role's molecule scenario, lab down
-#   make test-slow   molecule default (the whole site, ~12 min) and nfs_multivip tier 3 (reboots of a systemd VM under QEMU/TCG, ~25 min), root
+#   make test-slow   what make test leaves out for CI's minutes: molecule default (the whole site, ~12 min), nfs_multivip tiers 2 and 3 (a VM under QEMU/TCG, ~40 min), the lab tests marked slow, root
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -20,6 +20,8 @@ help:
 	@grep -E '^#' Makefile | head -4
 
 venv: $(VENV)/.installed
+# Compiled at install (176 s here; 89 s with --no-compile): the lab's nodes import this venv's torch
+# from a read-only mount (tests/lab/torch-env.sh), where no bytecode could be written at import.
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -70,7 +72,7 @@ PY310_TESTS := test_stage test_stage_hostile test_stage_broadcast test_hostile_i
 py310:
 	@if [ -z "$(PY310)" ]; then echo "py310: no Python 3.10 on this machine (pyenv or python3.10): tier skipped"; exit 0; fi; \
 	set -e; $(PY310) -m venv build/py310; \
-	build/py310/bin/pip install --quiet -e . 'pytest>=8,<10' 'hypothesis>=6.100,<7' 'zstandard>=0.22,<1'; \
+	build/py310/bin/pip install --quiet --no-compile -e . 'pytest>=8,<10' 'hypothesis>=6.100,<7' 'zstandard>=0.22,<1'; \
 	build/py310/bin/python -c 'import sys, tarfile; print("py310:", sys.version.split()[0], "data filter:", hasattr(tarfile, "data_filter"))'; \
 	build/py310/bin/python -m pytest -q -p no:cacheprovider $(foreach t,$(PY310_TESTS),tests/unit/$(t).py)
 
@@ -84,29 +86,24 @@ browser:
 pytest: venv browser
 	bash tests/run_pytest.sh
 
-# Molecule default (needs `make lab`'s Docker engine and images) and tier 3 of nfs_multivip (QEMU
-# under TCG, reboots: root, no Docker needed).
-test-slow: venv
+# What make test leaves out for CI's minutes (docs/development.md): molecule default, the NFS VM
+# tiers 2 and 3 of nfs_multivip (QEMU under TCG; tier 3 reboots), and the lab tests marked slow, after
+# the lab's site convergence they build on (`converge`). Root; it starts the lab and leaves it up.
+test-slow: lab
 	@for s in $(SLOW_SCENARIOS); do molecule test -s $$s || exit 1; done
-	DLTUNE_LAB_REQUIRED=1 pytest -m slow
+	DLTUNE_LAB_REQUIRED=1 pytest -m "slow or converge"
 
 # The parser and report fuzz tests with ten times the examples of make test (about 20 minutes).
 fuzz: venv
 	DLTUNE_FUZZ_EXAMPLES=$${DLTUNE_FUZZ_EXAMPLES:-20000} pytest tests/unit/test_parsers_fuzz.py \
 	  tests/unit/test_cluster_report.py::test_no_node_file_crashes_the_report
 
-# One scenario at a time: the loop-device scenarios must never overlap. All run; any failure fails.
-# Each scenario's output also goes to build/logs/molecule-<scenario>.log (tests/run_all.sh ends with
-# the failing lines of each failed one, so that the end of a CI log says why).
+# Every scenario, two at a time (tests/run_molecule.sh: nvidia_driver beside the others, which run one
+# after another; data_disks, the one loop-device scenario, never beside another one). All run; any
+# failure fails. Each scenario's output also goes to build/logs/molecule-<scenario>.log
+# (tests/run_all.sh ends with the failing lines of each failed one, so that the end of a CI log says why).
 molecule: venv
-	@mkdir -p build/logs; failed=""; for s in $(SCENARIOS); do \
-	  start=$$(date +%s); \
-	  molecule test -s $$s 2>&1 | tee build/logs/molecule-$$s.log; \
-	  [ "$${PIPESTATUS[0]}" -eq 0 ] || failed="$$failed $$s"; \
-	  echo "[time] molecule $$s: $$(( $$(date +%s) - start ))s"; \
-	done; \
-	echo "$$failed" > build/logs/molecule-failed; \
-	if [ -n "$$failed" ]; then echo "molecule scenarios failed:$$failed"; exit 1; fi
+	bash tests/run_molecule.sh $(SCENARIOS)
 
 test:
 	bash tests/run_all.sh

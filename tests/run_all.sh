@@ -10,12 +10,16 @@ unset PYTHONDONTWRITEBYTECODE
 declare -a PHASES=()
 rm -f build/logs/molecule-failed
 PYTEST_SUMMARY="pytest did not run"
+mkdir -p build/logs
+PHASE_TIMES=build/logs/phase-times.txt
+: >"$PHASE_TIMES"
 status=0
 
 phase() {
   local name=$1; shift
   local start=$EPOCHREALTIME rc=0
   echo "=== phase: $name ===" >&2
+  echo "$name (from $(date +%T))" >build/logs/phase-now
   "$@" || rc=$?
   record "$name" "$start" "$EPOCHREALTIME" "$rc" ""
   return $rc
@@ -29,6 +33,18 @@ record() {
   free=$(df -h --output=avail / | tail -1 | tr -d ' ')
   PHASES+=("$(awk -v a="$start" -v b="$end" -v n="$name" -v rc="$rc" -v free="$free" -v note="$note" \
     'BEGIN{printf "%-10s %7.1fs  %-15s disk free %s%s", n, b-a, (rc==0 ? "ok" : "FAILED (rc " rc ")"), free, note}')")
+  printf '  %s\n' "${PHASES[-1]}" >>"$PHASE_TIMES"
+}
+
+# CI stops a run at 90 minutes, before the phase times this script prints at its end: a run still
+# going at DLTUNE_REPORT_AT seconds (85 minutes) prints the times of the phases done so far and the
+# one running, so that the end of a log cut there still says where the time went. It stops nothing.
+report_late() {
+  # Its own descriptors: a sleep left behind must not hold the log's pipe open.
+  sleep "${DLTUNE_REPORT_AT:-5100}" </dev/null >/dev/null 2>&1 || return 0
+  echo "=== still running after ${DLTUNE_REPORT_AT:-5100} s; phase times so far:" >&2
+  cat "$PHASE_TIMES" >&2
+  echo "  running: $(cat build/logs/phase-now 2>/dev/null)" >&2
 }
 
 # A phase that runs beside the next ones (each short, with a core left idle by downloads or by a
@@ -80,6 +96,7 @@ run_pytest() {
 finish() {
   # A phase still running beside (the run stopped before collecting it) stops with the run.
   [ ${#BESIDE_PID[@]} -eq 0 ] || kill "${BESIDE_PID[@]}" 2>/dev/null
+  kill "$REPORT_LATE_PID" 2>/dev/null
   phase lab-down make -s lab-down || true
   echo
   molecule_failures
@@ -88,18 +105,16 @@ finish() {
   echo "$PYTEST_SUMMARY"
 }
 trap finish EXIT
+report_late &
+REPORT_LATE_PID=$!
 
 phase venv make -s venv || exit 1
 phase lab env DLTUNE_LAB_WITH_NODES=0 make -s lab || exit 1
 mkdir -p build/logs
-# Beside lint: the oldest Python's tier (a venv of its own: pip's downloads) and the NFS VM's image
-# (debootstrap: downloads and unpacking), which make pytest's VM tier boots; built here, its minutes
-# are not the VM tier's.
+# Beside lint: the oldest Python's tier (a venv of its own: pip's downloads).
 beside py310 make -s py310
-beside vm-image bash tests/lab/nfs-vm.sh build
 phase lint make -s lint || status=1
 collect py310 || status=1
-collect vm-image || status=1
 phase molecule make -s molecule || status=1
 phase nodes make -s lab || exit 1
 phase pytest run_pytest || status=1

@@ -11,8 +11,11 @@ cluster report beside the lab containers, its NFS mounts and routes passing. The
 passes as an ordinary user; then the NFS server is killed and the audit reports every mount as stale
 within its timeout instead of hanging.
 
-Part of `make test`: the VM image carries dltune's dependencies in the role's venv (built natively by
-tests/lab/nfs-vm.sh), so the role only adds the dltune wheel under emulation.
+In `make test-slow` (root): about 15 minutes of QEMU under TCG on two cores, which slowed every tier
+run beside it and took CI past its limit; tests/integration/test_nfs_multivip_netns.py (a real NFS
+server and the host kernel's client in namespaces) covers the role's routes, mounts, idempotence and
+audit in `make test`. The VM image carries dltune's dependencies in the role's venv (built natively
+by tests/lab/nfs-vm.sh), so the role only adds the dltune wheel under emulation.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.lab.nfsvm import HOST, VIPS, apply_roles, stop_nfs_server, storage_and_vm, tap_tx, vm
 
-pytestmark = [pytest.mark.lab]
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

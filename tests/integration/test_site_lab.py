@@ -114,6 +114,7 @@ def admin_playbook(env: dict[str, str], *args: str) -> subprocess.CompletedProce
     )  # fmt: skip
 
 
+@pytest.mark.converge
 def test_site_converges_idempotently_and_nodes_audit_clean(
     lab: None, installed_collection: dict[str, str]
 ) -> None:
@@ -169,14 +170,19 @@ def test_the_admins_path_benches_and_reports_every_node_with_the_roles_pytorch(
     (role dltune, dltune_bench_python naming the site's PyTorch environment, as inventory/lab.yml
     does) runs `dltune.cluster.bench` and `dltune.cluster.audit`, and the one report holds every
     node's audit and a bench that ran (no node skipped for want of PyTorch). Lab nodes have fake NVML
-    GPUs that torch cannot use: the bench measures the CPU (--device cpu), short sections (2 cores)."""
+    GPUs that torch cannot use: the bench measures the CPU (--device cpu), short sections (2 cores).
+    With dltune_bench_multinode, the bench playbook then runs `dltune bench --multi-node` as one srun
+    step over every node: torchrun on each node joins one gloo group across the three (real PyTorch,
+    the site's), and the report shows the results in the first node's row only, naming every node,
+    and in the HTML; CPU processes stand in for GPUs, so the scaling figure says it is not a GPU one."""
     env, report_dir = installed_collection, tmp_path / "report"
     report = ["-e", f"dltune_report_dir={report_dir}",
               "-e", f"dltune_report_executable={env['HOME']}/dltune-venv/bin/dltune"]  # fmt: skip
     quick = ["--quick", "--device", "cpu", "--no-dataloader-sweep", "--no-determinism", "--no-data-parallel"]
     inventory = ["-i", str(REPO_ROOT / "inventory")]
-    bench = admin_playbook(env, "dltune.cluster.bench", *inventory, *report,
-                           "-e", json.dumps({"dltune_bench_args": quick}))  # fmt: skip
+    bench_vars = {"dltune_bench_args": quick, "dltune_bench_multinode": True,
+                  "dltune_bench_multinode_args": ["--device", "cpu"]}  # fmt: skip
+    bench = admin_playbook(env, "dltune.cluster.bench", *inventory, *report, "-e", json.dumps(bench_vars))
     assert bench.returncode == 0, bench.stdout[-4000:] + bench.stderr[-2000:]
     assert "no PyTorch beside dltune on this node" not in bench.stdout, bench.stdout[-4000:]
     audit = admin_playbook(env, "dltune.cluster.audit", *inventory, *report)
@@ -190,12 +196,29 @@ def test_the_admins_path_benches_and_reports_every_node_with_the_roles_pytorch(
         assert trained and all(r["status"] in ("pass", "warn") for r in trained), (node, trained)
         assert not [r for r in results if r["id"] == "bench.run" and r["status"] == "skip"], node
         assert any(r["id"] == "storage.tmp_tmpfs" for r in results), node  # the audit beside it
+    # The multi-node step: in the first node's row (the first by name), over every node.
+    first, *others = sorted(NODES)
+    assert (report_dir / f"{first}.multinode.bench.json").is_file()
+    multinode = [r for r in merged[first]["results"] if r["id"] == "bench.multinode_allreduce"]
+    assert len(multinode) == 1 and multinode[0]["status"] == "pass", multinode
+    allreduce = multinode[0]
+    assert sorted(allreduce["evidence"]["hosts"]) == sorted(NODES), allreduce["evidence"]
+    assert allreduce["evidence"]["world_size"] == 3, allreduce["evidence"]
+    assert f"on 3 nodes ({', '.join(sorted(NODES))})" in allreduce["summary"], allreduce["summary"]
+    assert allreduce["metrics"]["algbw_gb_s"] > 0
+    scaling = [r for r in merged[first]["results"] if r["id"] == "bench.multinode_scaling"]
+    assert len(scaling) == 1 and scaling[0]["metrics"]["efficiency"] > 0, scaling
+    assert "not a GPU figure" in scaling[0]["summary"], scaling
+    for node in others:
+        assert not any(r["id"].startswith("bench.multinode") for r in merged[node]["results"]), node
+    assert "bench.multinode_allreduce" in (report_dir / "report.html").read_text()
     # On the node, the installed dltune imports the site's torch (not one of its own).
     torch_file = docker_exec(NODES[0], "env", "TMPDIR=/var/tmp", "/opt/dltune/venv/bin/python", "-c",
                              "import torch; print(torch.__file__)")  # fmt: skip
     assert not torch_file.startswith("/opt/dltune/"), torch_file
 
 
+@pytest.mark.slow  # make test-slow: docs/development.md says why
 def test_check_diff_of_the_site_on_a_fresh_node_reads_in_a_few_hundred_lines(
     lab: None, installed_collection: dict[str, str], tmp_path: Path
 ) -> None:
@@ -390,28 +413,6 @@ def test_gpu_processes_with_no_job_on_the_node_are_left_behind_and_a_jobs_own_ar
         docker_exec(node, "mv", f"{scenario}.healthy", scenario)
 
 
-def test_a_data_parallel_bench_spans_two_lab_nodes_through_slurm(lab: None) -> None:
-    """`dltune bench --multi-node` as one srun task per node: torchrun on each node joins one gloo
-    group across both nodes (real PyTorch, the controller's, mounted by tests/lab/torch-env.sh), the
-    ranks run on both hosts, and only the first node prints the results. CPU processes stand in for
-    GPUs (no GPU here), so the scaling figure is labelled as not a GPU figure."""
-    bench = ["dltune", "bench", "--multi-node", "--device", "cpu", "--format", "json"]
-    job = srun_as_alice("--nodes=2", "--ntasks-per-node=1", f"--nodelist={NODES[0]},{NODES[1]}", *bench)
-    assert job.returncode == 0, job.stderr[-3000:]
-    report = json.loads(job.stdout)  # one document: the second node printed nothing
-    assert report["host"] == NODES[0]
-    results = {r["id"]: r for r in report["results"]}
-    allreduce = results["bench.multinode_allreduce"]
-    assert allreduce["status"] == "pass", allreduce
-    assert allreduce["evidence"]["world_size"] == 2
-    assert sorted(allreduce["evidence"]["hosts"]) == [NODES[0], NODES[1]], allreduce["evidence"]
-    assert f"on 2 nodes ({NODES[0]}, {NODES[1]})" in allreduce["summary"]
-    assert allreduce["metrics"]["algbw_gb_s"] > 0
-    scaling = results["bench.multinode_scaling"]
-    assert scaling["metrics"]["efficiency"] > 0 and "not a GPU figure" in scaling["summary"], scaling
-    assert f"{NODES[1]} took part" in job.stderr
-
-
 def find_slow_over_the_lab() -> dict[str, dict[str, Any]]:
     """`dltune bench --multi-node --find-slow` as one srun task per lab node: each node's result."""
     bench = ["dltune", "bench", "--multi-node", "--find-slow", "--device", "cpu",
@@ -428,6 +429,7 @@ def docker_inspect_quota(node: str) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.slow  # make test-slow: docs/development.md says why
 def test_find_slow_names_the_node_whose_cpus_were_cut_and_none_before(lab: None) -> None:
     """Real gloo all-reduces between the lab's nodes (CPU processes stand in for GPUs): with no node
     slowed, no node is named; with node3's container cut to a fifth of a CPU (`docker update --cpus`,
@@ -463,6 +465,7 @@ def check_on(node: str, report_dir: Path) -> dict[str, dict[str, Any]]:
     return {(r["id"], r["subject"]): r for r in json.loads(done.stdout)["results"]}
 
 
+@pytest.mark.slow  # make test-slow: docs/development.md says why
 def test_a_throttled_node_and_a_strictatime_data_disk_are_priced_measured_and_ranked_first(
     lab: None, tmp_path: Path
 ) -> None:
@@ -584,41 +587,6 @@ def test_the_tuning_ledger_shows_what_data_disks_and_tmpfs_tmp_bought(lab: None,
     assert any(line.startswith("tuning ledger: data_disks: small-file reads +") for line in lines), lines
     assert any(line.startswith("tuning ledger: tmpfs_tmp: scratch files in /tmp +") for line in lines), lines
     assert all("(median of 3 node(s), spread " in line for line in lines), lines
-
-
-def test_bench_playbook_adds_the_multi_node_run_to_the_first_nodes_row(lab: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """playbooks/bench.yml on two lab nodes with dltune_bench_multinode: each node's own bench (short
-    sections only: 2 cores), then one srun step over both; the report shows the multi-node results in
-    the first node's row, naming both nodes, and in the HTML."""
-    report_dir = tmp_path / "report"
-    quick = ["--quick", "--device", "cpu", "--no-dataloader-sweep", "--no-determinism", "--no-data-parallel"]
-    done = ansible_playbook(
-        "playbooks/bench.yml",
-        "-i",
-        str(REPO_ROOT / "inventory/lab.yml"),
-        "-e",
-        json.dumps(
-            {
-                "dltune_hosts": f"{NODES[0]},{NODES[1]}",
-                "dltune_report_dir": str(report_dir),
-                "dltune_bench_args": quick,
-                "dltune_bench_multinode": True,
-                "dltune_bench_multinode_args": ["--device", "cpu"],
-            }
-        ),
-    )
-    assert done.returncode == 0, done.stdout[-4000:]
-    assert (report_dir / f"{NODES[0]}.multinode.bench.json").exists()
-    merged = {n["host"]: n for n in json.loads((report_dir / "cluster.json").read_text())["nodes"]}
-    assert sorted(merged) == [NODES[0], NODES[1]]
-    for node in NODES[:2]:
-        ids = {r["id"] for r in merged[node]["results"]}
-        assert "bench.train_synthetic" in ids, (node, ids)
-    multinode = [r for r in merged[NODES[0]]["results"] if r["id"] == "bench.multinode_allreduce"]
-    assert len(multinode) == 1 and multinode[0]["status"] == "pass", multinode
-    assert sorted(set(multinode[0]["evidence"]["hosts"])) == [NODES[0], NODES[1]]
-    assert not any(r["id"].startswith("bench.multinode") for r in merged[NODES[1]]["results"])
-    assert "bench.multinode_allreduce" in (report_dir / "report.html").read_text()
 
 
 def test_a_multi_node_bench_with_two_tasks_on_one_node_is_refused(lab: None) -> None:
@@ -1449,6 +1417,7 @@ def test_data_disks_roll_back_without_losing_data(lab: None) -> None:
     assert sorted(docker_exec(node, "cat", "/etc/fstab").splitlines()) == sorted(fstab_before.splitlines())
 
 
+@pytest.mark.slow  # make test-slow: docs/development.md says why
 def test_dltune_uninstalls_cleanly_and_reinstalls(lab: None) -> None:
     """dltune_state=absent removes the periodic audit (units, timer, its last facts and textfile), the
     PATH link and the virtualenv, keeps the other roles' manifest; a second run changes nothing; present
@@ -1524,6 +1493,7 @@ def lab_python_base() -> str:
     ).stdout.strip()  # fmt: skip
 
 
+@pytest.mark.slow  # make test-slow: docs/development.md says why
 def test_pytorch_installed_beside_dltune_from_a_site_wheelhouse(
     lab: None, site_torch_wheelhouse: Path
 ) -> None:
