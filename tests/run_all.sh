@@ -110,7 +110,6 @@ REPORT_LATE_PID=$!
 
 phase venv make -s venv || exit 1
 phase lab env DLTUNE_LAB_WITH_NODES=0 make -s lab || exit 1
-mkdir -p build/logs
 # Beside lint: the oldest Python's tier (a venv of its own: pip's downloads).
 beside py310 make -s py310
 phase lint make -s lint || status=1

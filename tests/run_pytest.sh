@@ -3,7 +3,7 @@
 # any failure fails.
 #
 # Nothing runs beside anything here: on two cores every tier is CPU-bound, and the lab's timing tests
-# (find_slow, the priced findings, the ledger) need the machine to themselves. The integration tests
+# (the tuning ledger, the data-parallel bench) need the machine to themselves. The integration tests
 # that need no lab node (neither `lab` nor `release`) run before the lab's own, which share its nodes
 # and the host's loop devices. The NFS VM tiers (QEMU under TCG, `slow`) are in `make test-slow`.
 set -uo pipefail
