@@ -13,6 +13,9 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # collection (tests/integration/test_site_lab.py) and each role's own scenario has its check mode.
 SLOW_SCENARIOS := default
 SCENARIOS := $(filter-out $(SLOW_SCENARIOS),$(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))))
+# Scenarios whose verifier holds tests marked slow (make test deselects them: molecule.yml's `m`);
+# make test-slow runs these scenarios again with every test.
+SCENARIOS_WITH_SLOW_TESTS := $(foreach s,$(SCENARIOS),$(if $(shell grep -l 'mark\.slow' molecule/$(s)/tests/*.py 2>/dev/null),$(s)))
 
 .PHONY: help venv lab lab-down images wheelhouse collection release lint unit py310 browser pytest test-slow fuzz mutation molecule test demo bench clean
 
@@ -86,11 +89,13 @@ browser:
 pytest: venv browser
 	bash tests/run_pytest.sh
 
-# What make test leaves out for CI's minutes (docs/development.md): molecule default, the NFS VM
+# What make test leaves out for CI's minutes (docs/development.md): molecule default, the molecule
+# tests marked slow (their scenarios run again, whole), the NFS VM
 # tiers 2 and 3 of nfs_multivip (QEMU under TCG; tier 3 reboots), and the lab tests marked slow, after
 # the lab's site convergence they build on (`converge`). Root; it starts the lab and leaves it up.
 test-slow: lab
 	@for s in $(SLOW_SCENARIOS); do molecule test -s $$s || exit 1; done
+	DLTUNE_MOLECULE_MARKS="slow or not slow" bash tests/run_molecule.sh $(SCENARIOS_WITH_SLOW_TESTS)
 	DLTUNE_LAB_REQUIRED=1 pytest -m "slow or converge"
 
 # The parser and report fuzz tests with ten times the examples of make test (about 20 minutes).

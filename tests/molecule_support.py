@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import testinfra
+from xdist.scheduler import LoadScopeScheduling
 
 PLATFORM_SKIP = "only on "
 _platform_skipped: dict[str, str] = {}  # test (without its host parameter) -> why it skipped
@@ -34,15 +36,50 @@ def only_on(host: Any, *, group: str, why: str, not_hostname: str | None = None)
         pytest.skip(f"{PLATFORM_SKIP}{group}: {why}")
 
 
-def one_worker_per_node(items: list[pytest.Item]) -> None:
-    """Put each node's tests in one pytest-xdist group (`--dist loadgroup`): the nodes are checked in
-    parallel, each node's tests in file order on one worker (a verifier's last file may change its
-    node, e.g. roll it back)."""
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        host = callspec.params.get("_testinfra_host") if callspec is not None else None
-        if host is not None:
-            item.add_marker(pytest.mark.xdist_group(host.backend.get_pytest_id()))
+class OneWorkerPerNode(LoadScopeScheduling):
+    """pytest-xdist's scheduler for a verifier of several nodes (its conftest returns it from
+    `pytest_xdist_make_scheduler`): the nodes are checked in parallel, each node's tests in file order
+    on one worker (a verifier's last file may change its node, e.g. roll it back). A test's scope is
+    the node of its first parameter, testinfra's host.
+
+    Not `--dist loadgroup` with an `xdist_group` mark per node, as before: on pytest 9.2 that grouping
+    silently stops (xdist still writes the group into the old `_nodeid` field;
+    pytest-dev/pytest-xdist#1386), and a node's rollback ran beside its other tests."""
+
+    def __init__(self, config: pytest.Config, log: Any, node_ids: list[str]) -> None:
+        super().__init__(config, log)
+        # A parameter id names the node and then the test's own parameters, joined by "-": node "n"
+        # with parameter 1 reads as node "n-1" would. Such names are refused, never guessed.
+        for node in node_ids:
+            for other in node_ids:
+                if other.startswith(f"{node}-"):
+                    raise pytest.UsageError(f"nodes {node} and {other}: a node's name begins another's")
+        self.node_ids = node_ids
+
+    def _split_scope(self, nodeid: str) -> str:
+        parameters = nodeid.partition("[")[2]
+        for node in self.node_ids:
+            if parameters == f"{node}]" or parameters.startswith(f"{node}-"):
+                return node
+        raise AssertionError(
+            f"{nodeid}: no node of the inventory ({', '.join(self.node_ids)}) in its parameters"
+        )
+
+
+def one_worker_per_node(config: pytest.Config, log: Any) -> OneWorkerPerNode:
+    """The scheduler above, for the hosts testinfra parametrizes the tests with (its own options)."""
+    option = config.option
+    hosts = testinfra.get_hosts(
+        option.hosts.split(",") if option.hosts is not None else [None],
+        connection=option.connection,
+        ssh_config=option.ssh_config,
+        ssh_identity_file=option.ssh_identity_file,
+        sudo=option.sudo,
+        sudo_user=option.sudo_user,
+        ansible_inventory=option.ansible_inventory,
+        force_ansible=option.force_ansible,
+    )
+    return OneWorkerPerNode(config, log, [host.backend.get_pytest_id() for host in hosts])
 
 
 def _test_of(nodeid: str) -> str:

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
+
+import yaml
+from molecule.interpolation import Interpolator, TemplateWithDefaults
 
 from tests.conftest import REPO_ROOT
 
@@ -111,3 +115,103 @@ def test_a_run_that_ends_before_the_report_time_ends_at_once(tmp_path: Path) -> 
     assert done.returncode == 0
     assert "still running" not in done.stderr
     assert "alpha" in done.stdout[done.stdout.index("Phase times:") :]
+
+
+def test_make_test_leaves_the_molecule_tests_marked_slow_to_make_test_slow() -> None:
+    """Each scenario's verifier deselects the tests marked slow unless DLTUNE_MOLECULE_MARKS says
+    otherwise (molecule's own interpolation of molecule.yml), and `make test-slow` runs again exactly
+    the scenarios that hold such tests, with every test."""
+    interpolate = Interpolator(TemplateWithDefaults, {}).interpolate
+    overridden = Interpolator(TemplateWithDefaults, {"DLTUNE_MOLECULE_MARKS": "slow or not slow"}).interpolate
+    with_slow = set()
+    for config in sorted((REPO_ROOT / "molecule").glob("*/molecule.yml")):
+        text = config.read_text()
+        options = yaml.safe_load(interpolate(text))["verifier"]["options"]
+        assert options["m"] == "not slow", config
+        assert yaml.safe_load(overridden(text))["verifier"]["options"]["m"] == "slow or not slow", config
+        if any("mark.slow" in test.read_text() for test in config.parent.glob("tests/*.py")):
+            with_slow.add(config.parent.name)
+    assert {"nvidia_driver", "slurm_tmpdir"} <= with_slow
+    planned = subprocess.run(["make", "-s", "-n", "test-slow"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=60, check=True).stdout  # fmt: skip
+    (line,) = [line for line in planned.splitlines() if "tests/run_molecule.sh" in line]
+    assert line.startswith('DLTUNE_MOLECULE_MARKS="slow or not slow" ')
+    assert set(line.split("tests/run_molecule.sh", 1)[1].split()) == with_slow
+
+
+VERIFIER_TESTS = {
+    "conftest.py": """
+from tests.molecule_support import one_worker_per_node
+
+
+def pytest_xdist_make_scheduler(config, log):
+    return one_worker_per_node(config, log)
+""",
+    "test_first.py": """
+import os
+import time
+
+import pytest
+
+
+def record(host, name):
+    with open(os.environ["RECORD"], "a") as out:
+        out.write(f"{os.environ['PYTEST_XDIST_WORKER']} {host.backend.get_pytest_id()} {name}\\n")
+
+
+@pytest.mark.parametrize("case", [1, 2, 3])
+def test_refusal(host, case):
+    record(host, f"refusal-{case}")
+    time.sleep(0.2 if host.backend.get_pytest_id().endswith("-a") else 0.05)
+""",
+    "test_second.py": """
+from test_first import record
+
+
+def test_state(host):
+    record(host, "state")
+""",
+    "test_zz_rollback.py": """
+from test_first import record
+
+
+def test_rollback(host):
+    record(host, "rollback")
+""",
+}
+
+
+def test_a_verifier_checks_each_node_on_one_worker_in_file_order(tmp_path: Path) -> None:
+    """tests/molecule_support.py's scheduler (what nvidia_driver's verifier gives pytest-xdist): three
+    workers, each node's tests on one of them in file order, the rollback last. The hosts are ssh://
+    names that nothing connects to (the tests only record). Nodes whose names begin one another's
+    (`n`, `n-1`: the ids of `n`'s tests with a parameter 1 and of `n-1`'s) are refused."""
+    for name, text in VERIFIER_TESTS.items():
+        (tmp_path / name).write_text(text)
+    record = tmp_path / "record"
+    hosts = "ssh://node-a,ssh://node-b,ssh://node-c"
+    env = {**os.environ, "RECORD": str(record), "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3", f"--hosts={hosts}",
+         "-c", "/dev/null", "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs: dict[str, list[tuple[str, str]]] = {}
+    for line in record.read_text().splitlines():
+        worker, node, test = line.split()
+        runs.setdefault(node, []).append((worker, test))
+    assert sorted(runs) == ["ssh://node-a", "ssh://node-b", "ssh://node-c"]
+    order = ["refusal-1", "refusal-2", "refusal-3", "state", "rollback"]
+    for node, tests in runs.items():
+        assert [test for _, test in tests] == order, (node, tests)
+        assert len({worker for worker, _ in tests}) == 1, (node, tests)
+    assert len({tests[0][0] for tests in runs.values()}) == 3, runs  # the nodes in parallel
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--hosts=ssh://n,ssh://n-1",
+         "-c", "/dev/null", "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "nodes ssh://n and ssh://n-1: a node's name begins another's" in refused.stdout + refused.stderr

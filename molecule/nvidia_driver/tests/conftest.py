@@ -26,8 +26,9 @@ from tests.molecule_support import (  # noqa: E402, F401
 __all__ = ["SCENARIO", "PlaybookRun", "audit_as_user", "groups_of", "run_playbook"]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    one_worker_per_node(items)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The three nodes in parallel, each node's tests in file order on one worker."""
+    return one_worker_per_node(config, log)
 
 
 SYS_DIR = "/srv/fake-gpu-sys"

@@ -18,6 +18,12 @@ STATE = (
 )
 
 
+# Each refusal is a whole role run (about a minute here); make test keeps one of each kind (a value
+# the role rejects itself, a combination, what the node lacks, what ubuntu-drivers does not offer),
+# make test-slow runs them all.
+SLOW = pytest.mark.slow
+
+
 def refused(host: Any, extra_vars: dict[str, Any], named: str) -> None:
     before = host.check_output(STATE)
     run = run_playbook(host, SCENARIO / "bad_input.yml", extra_vars)
@@ -30,10 +36,11 @@ def refused(host: Any, extra_vars: dict[str, Any], named: str) -> None:
 @pytest.mark.parametrize(
     ("extra_vars", "named"),
     [
-        ({"nvidia_driver_branch": "999"}, "nvidia_driver_branch=999 is not offered"),
+        # A branch nobody offers: the class of test_a_branch_this_gpu_does_not_support_is_refused below.
+        pytest.param({"nvidia_driver_branch": "999"}, "nvidia_driver_branch=999 is not offered", marks=SLOW),
         ({"nvidia_driver_branch": "580-server"}, "nvidia_driver_branch=580-server is invalid"),
-        ({"nvidia_driver_open": "maybe"}, "nvidia_driver_open=maybe"),
-        ({"nvidia_driver_reboot_timeout": 0}, "nvidia_driver_reboot_timeout=0"),
+        pytest.param({"nvidia_driver_open": "maybe"}, "nvidia_driver_open=maybe", marks=SLOW),
+        pytest.param({"nvidia_driver_reboot_timeout": 0}, "nvidia_driver_reboot_timeout=0", marks=SLOW),
         (
             {"nvidia_driver_reboot_allowed": True, "nvidia_driver_slurm_reboot": True},
             "nvidia_driver_reboot_allowed and nvidia_driver_slurm_reboot are both true",

@@ -15,23 +15,38 @@ NFS_MOUNTINFO = (
     "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
     "40 22 0:50 / /scratch rw,noatime - nfs4 10.0.0.5:/export rw,vers=4.2\n"
 )
+# Each case is a whole run of both roles (15-30 s here). The path refusals of
+# tests/integration/test_roles_refuse_unsafe_inputs.py (the same shared check, in check mode, with the
+# paths' state compared) are marked slow here: make test keeps one of each kind on this real node, make
+# test-slow runs them all.
+SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize(
     ("extra_vars", "named"),
     [
-        ({"slurm_tmpdir_base": "localscratch"}, "slurm_tmpdir_base=localscratch"),
-        ({"slurm_tmpdir_base": "/"}, "slurm_tmpdir_base=/"),
+        pytest.param({"slurm_tmpdir_base": "localscratch"}, "slurm_tmpdir_base=localscratch", marks=SLOW),
+        pytest.param({"slurm_tmpdir_base": "/"}, "slurm_tmpdir_base=/", marks=SLOW),
         ({"dl_env_variables": {"CUBLAS_WORKSPACE_CONFIG": "4096:8"}}, "CUBLAS_WORKSPACE_CONFIG=4096:8"),
         ({"dl_env_variables": {"CUBLAS_WORKSPACE_CONFIG": ":0:8"}}, "CUBLAS_WORKSPACE_CONFIG=:0:8"),
         ({"dl_env_variables": {"BAD NAME": "x"}}, "dl_env_variables"),
-        ({"dl_env_cache_dir": "cache"}, "dl_env_cache_dir=cache"),
+        pytest.param({"dl_env_cache_dir": "cache"}, "dl_env_cache_dir=cache", marks=SLOW),
         ({"slurm_tmpdir_base": "/dev/shm"}, "slurm_tmpdir_base=/dev/shm is refused: a system directory"),
-        ({"slurm_tmpdir_base": "/var/tmp"}, "slurm_tmpdir_base=/var/tmp is refused: a system directory"),
-        ({"slurm_tmpdir_base": "/var/run/jobs"}, "slurm_tmpdir_base=/var/run/jobs is refused"),
+        pytest.param(
+            {"slurm_tmpdir_base": "/var/tmp"},
+            "slurm_tmpdir_base=/var/tmp is refused: a system directory",
+            marks=SLOW,
+        ),
+        pytest.param(
+            {"slurm_tmpdir_base": "/var/run/jobs"}, "slurm_tmpdir_base=/var/run/jobs is refused", marks=SLOW
+        ),
         ({"slurm_tmpdir_conf": "/etc/passwd"}, "slurm_tmpdir_conf=/etc/passwd is refused"),
         ({"slurm_tmpdir_min_free_gb": -1}, "slurm_tmpdir_min_free_gb=-1 must be a number of GB"),
-        ({"dl_env_cache_dir": "/usr/lib"}, "dl_env_cache_dir=/usr/lib is refused: a system directory"),
+        pytest.param(
+            {"dl_env_cache_dir": "/usr/lib"},
+            "dl_env_cache_dir=/usr/lib is refused: a system directory",
+            marks=SLOW,
+        ),
         ({"dl_env_job_env_file": "/tmp/job-env"}, "dl_env_job_env_file=/tmp/job-env is refused"),
         (
             {"slurm_tmpdir_state": "absent", "slurm_tmpdir_conf": "/etc/slurm-llnl/slurm.conf"},
