@@ -48,4 +48,20 @@ lab_torch_python_base() {
   [ -x "$py" ] && "$py" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null \
     && "$py" -c 'import sys; print(sys.base_prefix)'
 }
+# Where the nodes mount that base Python: at its own path (a pyenv or /opt build may name its own
+# path inside, an rpath to its libpython), except a system prefix (/usr, /usr/local: the venv of a
+# stock Ubuntu's python3), which mounted there would hide the node's own /usr (and make it read-only:
+# `docker cp` into it fails). That one goes to $LAB_TORCH_RELOCATED_BASE: CPython finds its library
+# beside its executable, and the host's /usr/bin/python3 runs on the node image (checked, 22.04).
+LAB_TORCH_RELOCATED_BASE=/opt/dltune-lab/python-base
+lab_torch_node_base() {
+  case "$1" in
+    / | /usr | /usr/*) echo "$LAB_TORCH_RELOCATED_BASE" ;;
+    *) echo "$1" ;;
+  esac
+}
+# The venv's Python version as its lib/ directory names it (python3.11).
+lab_torch_python_version() {
+  "$REPO_ROOT/.venv/bin/python" -c 'import sys; print("python%d.%d" % sys.version_info[:2])'
+}
 lab_torch_site() { "$REPO_ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }

@@ -34,7 +34,8 @@ attach_blank_disk() {
 # The controller venv's PyTorch, read-only, for each node's bench environment (torch-env.sh).
 torch_mounts=()
 if torch_base=$(lab_torch_python_base); then
-  torch_mounts=(--volume "$torch_base:$torch_base:ro" --volume "$(lab_torch_site):$LAB_TORCH_SITE:ro")
+  torch_mounts=(--volume "$torch_base:$(lab_torch_node_base "$torch_base"):ro"
+                --volume "$(lab_torch_site):$LAB_TORCH_SITE:ro")
 fi
 
 # The lab's "shared filesystem": a host directory every node bind-mounts at /shared with slave
