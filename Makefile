@@ -14,8 +14,8 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SLOW_SCENARIOS := default
 SCENARIOS := $(filter-out $(SLOW_SCENARIOS),$(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))))
 # Scenarios whose verifier holds tests marked slow (make test deselects them: molecule.yml's `m`);
-# make test-slow runs these scenarios again with every test.
-SCENARIOS_WITH_SLOW_TESTS := $(foreach s,$(SCENARIOS),$(if $(shell grep -l 'mark\.slow' molecule/$(s)/tests/*.py 2>/dev/null),$(s)))
+# make test-slow runs these scenarios again with every test. `=`: its greps run there only.
+SCENARIOS_WITH_SLOW_TESTS = $(foreach s,$(SCENARIOS),$(if $(shell grep -l 'mark\.slow' molecule/$(s)/tests/*.py 2>/dev/null),$(s)))
 
 .PHONY: help venv lab lab-down images wheelhouse collection release lint unit py310 browser pytest test-slow fuzz mutation molecule test demo bench clean
 
