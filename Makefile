@@ -1,7 +1,7 @@
 # Two commands for a fresh machine (run as root: the lab starts a Docker engine):
 #   make demo   the admin's path on the lab (3 nodes, the NFS VM): the README's install of the release, then dltune.cluster.site, each node's audit and bench (and one over Slurm), the report
 #   make test   everything CI runs: venv, lab, linters, staging and input tests on Python 3.10, pytest, each role's molecule scenario, lab down
-#   make test-slow   what make test leaves out for CI's minutes: molecule default (the whole site, ~12 min), nfs_multivip tiers 2 and 3 (a VM under QEMU/TCG, ~40 min), the lab tests marked slow, root
+#   make test-slow   what make test leaves out for CI's minutes: molecule default (the whole site, ~12 min) and the molecule tests marked slow, nfs_multivip tiers 2 and 3 (a VM under QEMU/TCG, ~40 min), the lab tests marked slow, root
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
