@@ -8,8 +8,9 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
+
+from dltune.records import field, record, replace
 
 # The health check's defaults, here beside its other plain data: the options of `dltune audit` and
 # `dltune healthcheck` show them without loading the health check itself (it costs every audit's
@@ -31,7 +32,7 @@ class Profile(enum.Enum):
     REMEDIATE = "remediate"  # drain, and playbooks/remediate.yml may act on the node
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class History:
     """What dltune saw and did on this node, kept across runs (the node's history file)."""
 
@@ -160,7 +161,7 @@ def _counts(value: Any, key: str) -> dict[str, int]:
     return dict(list(value.items())[:500])
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HealthReport:
     """What one health-check run knows beyond the audit, for the metrics (dltune.outputs.prometheus)."""
 

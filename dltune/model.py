@@ -6,9 +6,9 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from dltune.records import field, record
 from dltune.text import visible, visible_data
 
 AREAS: tuple[str, ...] = (
@@ -68,7 +68,7 @@ class FailureClass(enum.Enum):
     # drain only after several consecutive failing runs, resume only after a stable passing window
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Result:
     """One judgement of one check on one subject (a mount path, a GPU, a VIP... or None)."""
 

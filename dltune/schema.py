@@ -8,8 +8,9 @@ schema does not name are allowed, so a newer role or tool can add keys without b
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from dltune.records import field, record
 
 JSON_TYPE_NAMES = {
     bool: "a boolean",
@@ -22,7 +23,7 @@ JSON_TYPE_NAMES = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Field:
     kinds: tuple[type, ...]
     required: bool = True

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from dltune.records import field, record
 
 
 def option_value(options: tuple[str, ...], name: str) -> str | None:
@@ -37,7 +38,7 @@ class Mount(NamedTuple):
         return self.mount_options + tuple(o for o in self.super_options if o not in self.mount_options)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FstabEntry:
     line_no: int
     spec: str
@@ -48,7 +49,7 @@ class FstabEntry:
     passno: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class UnparsedLine:
     """A line mount(8) could not use: reported by the audit, never dropped silently."""
 
@@ -60,7 +61,7 @@ class UnparsedLine:
     mount_point: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Fstab:
     entries: tuple[FstabEntry, ...] = ()
     unparsed: tuple[UnparsedLine, ...] = ()
@@ -96,14 +97,14 @@ def fstab_entry_for(fstab: Fstab, mount_point: str) -> FstabEntry | None:
     return found
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Transport:
     protocol: str  # tcp, udp, rdma
     source_port: int | None  # None where the protocol has no port field (rdma: 0)
     connects: int | None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NfsMountStats:
     device: str
     mount_point: str
@@ -117,7 +118,7 @@ class NfsMountStats:
 NFS_FSTYPES = ("nfs", "nfs4")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RouteChoice:
     """What `ip route get VIP` says the kernel does for a packet to the VIP."""
 
@@ -126,7 +127,7 @@ class RouteChoice:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Responsiveness:
     ok: bool
     seconds: float
@@ -166,7 +167,7 @@ REASON_NAMES = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvLink:
     """One NVLink of a GPU: whether it is active, and its error counters since the driver loaded
     (None: the driver does not count that kind here)."""
@@ -188,7 +189,7 @@ class NvLink:
         return {name: value for name, value in named.items() if value is not None}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gpu:
     index: int
     error: str | None = None  # a GPU that fell off the bus ("GPU is lost") keeps its slot
@@ -243,7 +244,7 @@ class Gpu:
     nvml_errors: dict[str, str] | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvmlState:
     available: bool
     error: str | None = None
@@ -256,7 +257,7 @@ class NvmlState:
 UNKNOWN_DEVICE = "unknown"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuEvent:
     device: str  # "0000:3b:00" (PCI domain:bus:device, lower case), or UNKNOWN_DEVICE
     # "xid" | "fallen_off_bus" | "init_failed" | "gsp_timeout" | "not_brought_up" | "no_gpu_found" | "sxid"
@@ -270,7 +271,7 @@ class GpuEvent:
     recovery_action_name: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvrmLog:
     events: tuple[GpuEvent, ...]  # the GPUs' events of the driver's current load
     driver_loads: int  # "loading NVIDIA UNIX" lines seen
@@ -278,14 +279,14 @@ class NvrmLog:
     switch_events: tuple[GpuEvent, ...] = ()  # NVSwitch SXids of the current load
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Package:
     name: str
     version: str
     held: bool
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AerLogDevice:
     """One PCI function's AER errors in the kernel log of the current boot (probes/aer_log.py), counted
     as the kernel counts them in sysfs: one per error it printed for the function ("PCIe Bus Error:
@@ -299,7 +300,7 @@ class AerLogDevice:
     lines: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AerLog:
     """The kernel log's PCIe AER errors per function, of the current boot only."""
 
@@ -312,7 +313,7 @@ class AerLog:
     unreadable_lines: int = 0  # AER lines in no form the probe knows (judged: none of them)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelLog:
     text: str | None
     error: str | None = None  # why it could not be read (e.g. needs root)
@@ -323,7 +324,7 @@ class KernelLog:
     aer: AerLog = field(default_factory=AerLog)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PathInfo:
     """lstat facts of a path (never followed: a link is reported as a link)."""
 
@@ -342,7 +343,7 @@ class PathInfo:
         return self.mode is not None and bool(self.mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StatFs:
     total_bytes: int
     free_bytes: int
@@ -374,7 +375,7 @@ def looks_like_data_mount(mount: Mount) -> bool:
 MANIFEST_DIR = "/etc/dltune/expected.d"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SlurmJobs:
     """The jobs Slurm runs on this node, as `squeue --nodelist` answered; `error` says why it could
     not answer (`installed` False: no Slurm client here at all)."""
@@ -385,7 +386,7 @@ class SlurmJobs:
     node: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CpuFrequency:
     """cpufreq's per-CPU choices: how many CPUs run each governor, and each energy-performance
     preference (intel_pstate/amd-pstate in active mode) with the governor it goes with."""
@@ -396,7 +397,7 @@ class CpuFrequency:
     settings: Mapping[tuple[str, str], int]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TimeSync:
     """Whether the kernel's clock is synchronised (timedatectl's NTPSynchronized: any NTP client sets
     it), or the container whose clock is its host's, or why neither could be told."""
@@ -407,7 +408,7 @@ class TimeSync:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AerCounts:
     """A PCIe device's Advanced Error Reporting totals since boot (sysfs aer_dev_*; None: that file
     is absent), and the named counters that are not zero."""
@@ -418,7 +419,7 @@ class AerCounts:
     nonzero: Mapping[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PciDevice:
     """A GPU, NVSwitch or RDMA adapter on the PCI bus, as sysfs describes it."""
 
@@ -440,7 +441,7 @@ class PciDevice:
     numa_node: int | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IbPort:
     """One port of an RDMA device (/sys/class/infiniband/<device>/ports/<port>): InfiniBand or RoCE."""
 
@@ -463,7 +464,7 @@ class IbPort:
         return self.state == "ACTIVE" and self.phys_state == "LinkUp"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Fabric:
     """The node's interconnects as sysfs and /proc show them: GPUs, NVSwitches and RDMA adapters on
     the PCI bus, RDMA ports, IPoIB interfaces, and whether Fabric Manager runs."""
@@ -485,7 +486,7 @@ class Fabric:
     nics: Mapping[str, str] = field(default_factory=dict)  # RDMA device (mlx5_0) -> its PCI function
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DcgmTest:
     """One test of a DCGM diagnostic: its worst status ("pass", "warn", "fail", "skip", or
     "unknown" for a word the parser does not know), per GPU, and DCGM's own words."""
@@ -496,7 +497,7 @@ class DcgmTest:
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DcgmGpu:
     """One GPU of `dcgmi discovery -l`, as DCGM names it: its GPU ID, name, PCI bus id (in NVML's
     form, "0000:4c:00.0", where it reads as one; else as printed) and UUID. A value DCGM could not
@@ -509,7 +510,7 @@ class DcgmGpu:
     said: tuple[str, ...] = ()  # the row's other lines ("Error: Cannot get device attributes for GPU.")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DcgmDiscovery:
     """`dcgmi discovery -l`: the GPUs DCGM sees, or why they could not be read."""
 
@@ -522,7 +523,7 @@ class DcgmDiscovery:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DcgmDiag:
     """A `dcgmi diag` run: its tests, or why there are none (not installed, no answer in time,
     output that is no diagnostic); and the GPUs DCGM listed after it (None: not listed)."""
@@ -538,7 +539,7 @@ class DcgmDiag:
     discovery: DcgmDiscovery | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvmeHealth:
     """An NVMe controller's SMART / Health log, as far as it was read."""
 
@@ -552,7 +553,7 @@ class NvmeHealth:
 UNATTRIBUTED_MEMORY = "unknown"  # MemoryController.name of machine checks no EDAC line attributes
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MemoryController:
     name: str  # "mc0", or "unknown" for machine checks no EDAC line attributes
     driver: str | None  # EDAC's mc_name ("Skylake Socket#0 IMC#0")
@@ -564,20 +565,20 @@ class MemoryController:
     fatal: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MemoryErrors:
     edac: bool = False  # an EDAC driver exposes counters
     kernel_log_read: bool = False
     controllers: tuple[MemoryController, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RebootState:
     required: bool
     packages: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Snapshot:
     """Everything the checks judge, read once from the host (or a fixture tree)."""
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from dltune.bench.specs import (
@@ -28,6 +27,7 @@ from dltune.bench.specs import (
     spec_for,
 )
 from dltune.model import EXIT_NOT_PROVED, EXIT_OK, Result, Status, exit_code
+from dltune.records import field, record
 
 SPEC_WARN, SPEC_FAIL = 0.70, 0.50
 # Memory bandwidth against what healthy cards of the model measured (specs.Spec.memory_healthy_gb_s):
@@ -68,7 +68,7 @@ UNRELIABLE_REMEDY = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Matmul:
     device: str  # "cuda:0", "cpu"
     name: str  # NVML/torch device name
@@ -79,7 +79,7 @@ class Matmul:
     sustained_tflops: float | None = None  # back to back for the bench's run time (the power limit)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Bandwidth:
     device: str
     name: str
@@ -88,7 +88,7 @@ class Bandwidth:
     spread: float | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PairCopy:
     """One ordered GPU pair's unidirectional copy bandwidth (measure.pair_copy)."""
 
@@ -99,7 +99,7 @@ class PairCopy:
     peer: bool | None = None  # peer-to-peer access (NVLink or PCIe); False: staged through the host
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PcieLink:
     """A GPU's PCIe link as NVML reports it: the generation and width it runs now, and the most this
     GPU and its slot can train to (nvmlDeviceGetMaxPcieLinkGeneration/Width)."""
@@ -110,7 +110,7 @@ class PcieLink:
     max_width: int | None = None
 
 
-@dataclass
+@record
 class PowerReading:
     """What NVML said of one GPU over the measured steps; `skipped` says why a figure is missing."""
 
@@ -121,7 +121,7 @@ class PowerReading:
     skipped: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Training:
     device: str
     model: str
@@ -760,7 +760,7 @@ DRIVER_TOO_OLD = re.compile(r"too old|insufficient for CUDA runtime", re.I)
 DRIVER_CUDA_FOUND = re.compile(r"found version (\d{4,6})")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TorchCuda:
     """What the installed PyTorch says of CUDA, read by `dltune check` only where its bench may run."""
 
@@ -991,7 +991,7 @@ def judge_determinism_refused(message: str, variable_at_start: str | None, devic
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SdcRun:
     """One device's replay for bench.sdc (measure.sdc_replay): the sha256 of its weights before training
     (step 0) and after each step, or what PyTorch refused."""

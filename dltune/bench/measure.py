@@ -15,10 +15,10 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from dltune.bench.judge import Bandwidth, Matmul, PairCopy, PcieLink, PowerReading, Training
+from dltune.records import record
 
 DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -698,7 +698,7 @@ SDC_SEED = 4545
 SDC_PRECISIONS = ("float32", "bfloat16")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SdcShape:
     """The replayed MLP: `batch` rows of `inputs` features, two hidden layers of `hidden`, `outputs`."""
 

@@ -20,10 +20,10 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from dltune.model import Result, Status
+from dltune.records import record
 from dltune.snapshot import IbPort
 
 PERFTEST = "ib_write_bw"
@@ -52,7 +52,7 @@ def command(
     return argv + ([peer] if peer else [])
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Measured:
     """The result row of one ib_write_bw."""
 

@@ -12,7 +12,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,13 @@ from dltune.bench.measure import SDC_PRECISIONS, SDC_STEPS, BenchError
 from dltune.files import safeio
 from dltune.model import Result
 from dltune.probes.watchdog import process_cmdlines
+from dltune.records import record, replace
 from dltune.text import decimal
 
 DEFAULT_LOADER = "num_workers=0,pin_memory=False"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Options:
     device: str | None = None  # None: all GPUs, else CPU
     gpus: list[int] | None = None
@@ -211,7 +211,7 @@ def run_bench(opts: Options, step: Step = lambda _s: None) -> list[Result]:
         return bench.measure_all()
 
 
-@dataclass
+@record
 class _Bench:
     """One bench run: its sections in order, each one method that measures (measure.py) and hands the
     numbers to judge.py. The sections share the synthetic training rate as their baseline."""
@@ -555,7 +555,7 @@ def data_parallel(devices: list[str], size: dict[str, Any], single_images_per_s:
     return judge.judge_data_parallel(devices, *start_data_parallel(devices, size), single_images_per_s)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SlurmStep:
     """Where this task sits in a Slurm job step of one task per node."""
 
@@ -648,7 +648,7 @@ def run_multi_node(opts: Options, step: Step = lambda _s: None) -> list[Result] 
     return judge.judge_multi_node(slurm.hosts, slurm.node_rank, node.backend, numbers, error) + ports
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _NodeRun:
     """What every multi-node mode needs on this node: torch, the devices it runs on, the model size,
     the collective backend (gloo on CPU, NCCL on GPUs), torchrun's environment and its process count."""

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from dltune.model import Result, Status
+from dltune.records import record
 
 ROUNDS = 3
 # A node more than this far below the job's median node is named. SuperBench flags a figure 5% below
@@ -43,7 +43,7 @@ def round_robin(nodes: int, rounds: int = ROUNDS) -> list[list[tuple[int, int]]]
     return schedule
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PairRun:
     """One pair's all-reduce in one round: its bus bandwidth, or why there is none."""
 

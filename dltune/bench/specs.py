@@ -43,7 +43,8 @@ gets none, and is compared with the node's other devices of the same name only.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+from dltune.records import field, record
 
 DEFAULT_ACHIEVABLE = 0.75
 MAMF = "best-shape matmul measured on a healthy card (ml-engineering's MAMF table, mamf-finder)"
@@ -57,7 +58,7 @@ DLTUNE_MEASURED = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Spec:
     model: str
     tflops: dict[str, float] = field(default_factory=dict)  # dtype -> dense peak
@@ -263,7 +264,7 @@ def spec_for(device_name: str) -> Spec | None:
     return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AllreduceFigure:
     """What one node's all-reduce reaches on `gpus` healthy cards of a model, as bus bandwidth (GB/s,
     nccl-tests' busbw), and the peer's pass line below it."""
@@ -300,7 +301,7 @@ def allreduce_figure(device_names: list[str]) -> AllreduceFigure | None:
     return figure if figure and figure.gpus == len(device_names) else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PairFigure:
     """A GPU pair's unidirectional copy bandwidth that a healthy node of the model passes (GB/s)."""
 

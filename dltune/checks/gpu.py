@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from dltune.checks import check, counter_rises
 from dltune.checks.xid_catalog import CATALOG_EDITION, CATALOG_URL, XID_CATALOG
 from dltune.model import FailureClass, Result, Status
+from dltune.records import field, record
 from dltune.snapshot import (
     HW_POWER_BRAKE,
     HW_SLOWDOWN,
@@ -46,7 +46,7 @@ def _unavailable(check_id: str, snap: Snapshot) -> Result:
     return Result(check_id, Status.SKIP, f"NVML not available ({snap.nvml.error})")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Verdict:
     """A per-GPU judgement; _per_gpu makes it the check's Result for that GPU."""
 

@@ -6,7 +6,6 @@ import importlib.util
 import os
 import sys
 import warnings
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -25,6 +24,7 @@ from dltune.commands.options import (
 from dltune.commands.output import help_paragraphs, progress_console, stdout_console
 from dltune.model import Result, Status
 from dltune.probes.watchdog import Deadline
+from dltune.records import replace
 
 if TYPE_CHECKING:
     from dltune.bench.judge import TorchCuda

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
 from dltune.model import Result, Status
+from dltune.records import record, replace
 
 HOURS_A_DAY = 24.0
 MEASURED, ESTIMATED, UNPRICED = "measured", "estimated", "unpriced"
@@ -51,7 +51,7 @@ NODE_OUT_SOURCE = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IoCost:
     """A file-system cost `dltune check` measured on this node (dltune.bench.io_cost): ``fraction`` of
     ``of`` lost, how it was measured (``method``, with the figures); or why it could not be (``why``)."""
@@ -62,7 +62,7 @@ class IoCost:
     why: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Node:
     """What a price is multiplied by, and what it is measured with."""
 
@@ -184,7 +184,7 @@ def _training_step(results: Sequence[Result]) -> tuple[float, int, int] | None:
     return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Context:
     node: Node
     matmul: dict[str, list[Result]]

@@ -15,7 +15,8 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+
+from dltune.records import field, record
 
 NAME_MAX = 255
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -162,7 +163,7 @@ def write_atomically_at(parent: int, name: str, data: bytes, shown: str) -> None
     _write_then_rename(parent, temporary, name, fd, data, None)
 
 
-@dataclass
+@record
 class _Level:
     """One directory on the walk's way down: its name in its parent, identity, and what is left."""
 

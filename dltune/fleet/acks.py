@@ -18,11 +18,11 @@ import re
 import stat
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
 from dltune.model import InputError, Result, Status
+from dltune.records import record, replace
 
 DEFAULT_ACK_FILE = "/etc/dltune/acks.json"
 MAX_DAYS = 90  # an acknowledgement is a decision for a while, not forever: renew it to keep it
@@ -32,7 +32,7 @@ _DURATION = re.compile(r"([0-9]{1,5})([mhdw])")
 _UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Ack:
     check: str
     subject: str | None  # None: every subject of the check

@@ -17,7 +17,6 @@ import itertools
 import json
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -29,6 +28,7 @@ from dltune.fleet.node_files import NodeReport
 from dltune.model import AREAS, Status
 from dltune.outputs.human import table_subject
 from dltune.outputs.report import STATUS_COLOUR, STATUS_STYLE, status_rank, worst
+from dltune.records import field, record
 
 
 def merged_json(nodes: Sequence[NodeReport], generated: str) -> str:
@@ -288,7 +288,7 @@ def rollup(nodes: Sequence[NodeReport]) -> list[tuple[str, str, list[str]]]:
     return [(check, status, sorted(hosts)) for (check, status), hosts in ordered]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckLine:
     """One line of the findings by check: a check's findings of one status, or the nodes of one kind
     with no usable or no current report (INVALID, UNREACHABLE, STALE)."""
@@ -455,7 +455,7 @@ _FLEET_FIGURES = {"bench.matmul": ("tflops", "TFLOPS"), "bench.memory": ("gb_s",
                   "bench.host_transfer": ("gb_s", "GB/s")}  # fmt: skip
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BehindFleet:
     """One GPU's figure far below its fleet's median for the same GPU model and figure."""
 
@@ -538,7 +538,7 @@ SDC_NONE = (
 SDC_ARBITERS = 2
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SdcOutlier:
     """GPUs of one node whose bench.sdc digests differ from the fleet's for the same replay key."""
 
@@ -600,7 +600,7 @@ def _parting(one: Sequence[str], other: Sequence[str]) -> int:
     )
 
 
-@dataclass
+@record
 class _SdcKey:
     """One replay key's nodes: each node's GPUs of that key with their digests per step, from every
     report of the node (`dltune check` and `dltune bench` both replay: a GPU may appear twice)."""
@@ -1040,7 +1040,7 @@ are grey. In the grid below them, hover a cell for its area's checks, click it f
 # the fleet's median matmul for the same device and dtype, over at least FLEET_MIN_NODES nodes.
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckCost:
     """One check's loss across the fleet: GPU-hours a day, the nodes, how it was priced."""
 
@@ -1171,7 +1171,7 @@ def check_costs(nodes: Sequence[NodeReport]) -> tuple[list[CheckCost], list[tupl
 LEDGER_NONE = "no node reports a tuning ledger (dltune.cluster.site with dltune_ledger: true measures one)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LedgerLine:
     """One role's measured effect across the fleet: the median change of its nodes and their spread."""
 

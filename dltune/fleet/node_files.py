@@ -6,7 +6,6 @@ that rose since (previous_counters), without loading the report's renderers."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from dltune import SCHEMA_VERSION
 from dltune.files import safeio
 from dltune.model import Status
+from dltune.records import field, record
 from dltune.schema import of, optional, validate
 from dltune.text import visible, visible_data
 
@@ -64,7 +64,7 @@ PROBLEM_SCHEMA = of(dict, keys={"problem": of(str)})
 SHOWN_PROBLEMS = 3
 
 
-@dataclass
+@record
 class NodeReport:
     host: str
     results: list[dict[str, Any]] = field(default_factory=list)

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from dltune.fleet.slurm_health import NodeState
 from dltune.model import Result, Status
+from dltune.records import record
 
 # dltune's own tuning roles a remediation may apply again (the driver is left to its own playbook and
 # its reboot handling: a driver change is not drift to re-apply blindly).
@@ -39,7 +39,7 @@ ORDER = ("hold", "reboot", "reset_gpu", "reapply", "resume")
 NOT_REMEDIATED = ("none", "unknown")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Remedy:
     action: str  # one of ORDER or NOT_REMEDIATED
     why: str

@@ -31,7 +31,6 @@ import re
 import stat
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dltune.health_state import (
@@ -45,6 +44,7 @@ from dltune.health_state import (
 )
 from dltune.model import DltuneError, InputError, Result, Status
 from dltune.probes.runner import CommandRunner
+from dltune.records import field, record, replace
 
 REASON_PREFIX = "dltune:"
 # How far a stamp may lie ahead of the clock and still count (two hosts' clocks, one NTP slew).
@@ -103,7 +103,7 @@ class Touch(enum.Enum):
     NEVER = "never"  # not dltune's to judge, whatever the reason
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StateClass:
     touch: Touch
     why: str = ""  # for NEVER: the decision's words ("left as it is: <why> (<state>)")
@@ -257,7 +257,7 @@ class SlurmUnavailable(DltuneError):
     """Slurm did not answer (scontrol missing, failing or late): nothing was changed."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeState:
     state: str  # e.g. "IDLE", "IDLE+DRAIN", "MIXED", "DOWN*"
     reason: str  # "" when none
@@ -311,7 +311,7 @@ class NodeState:
         return not self.left_alone_because and not self.held_by_someone_else
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DrainLimit:
     """At most this many nodes drained by dltune in a node's partitions: a count, or a share of them."""
 
@@ -342,7 +342,7 @@ class DrainLimit:
 DEFAULT_PROFILE = Profile.DRAIN
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Policy:
     limit: DrainLimit = field(default_factory=DrainLimit)
     flap_count: int = DEFAULT_FLAP_COUNT
@@ -371,7 +371,7 @@ def debounce(
     return {c: n for c, n in runs.items() if n > 1}, transient
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Decision:
     action: str  # "drain" | "resume" | "none" | "need_cluster"
     said: str

@@ -31,8 +31,8 @@ journalctl's ``-- Boot <id> --``); what came before is counted, not judged.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+from dltune.records import field, record
 from dltune.snapshot import AerCounts, AerLog, AerLogDevice
 
 _ADDRESS = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
@@ -80,7 +80,7 @@ def requester(port: str, requester_id: str) -> str:
     return f"{port.split(':', 1)[0]}:{number >> 8:02x}:{(number & 0xFF) >> 3:02x}.{number & 0x7}"
 
 
-@dataclass
+@record
 class _Function:
     counts: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("fatal", "nonfatal", "correctable"), 0)
@@ -96,7 +96,7 @@ class _Function:
             self.lines.append(line)
 
 
-@dataclass
+@record
 class _Boot:
     functions: dict[str, _Function] = field(default_factory=dict)
     service: bool = False

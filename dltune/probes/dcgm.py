@@ -20,12 +20,12 @@ compare with NVML's. It has no JSON form, so its table is read: DCGM 2.x-4.4 pri
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any
 
 from dltune.files import safeio
 from dltune.probes.runner import CommandRunner
 from dltune.probes.watchdog import Deadline
+from dltune.records import replace
 from dltune.snapshot import DcgmDiag, DcgmDiscovery, DcgmGpu, DcgmTest
 from dltune.text import decimal
 

@@ -18,9 +18,9 @@ check that no EDAC line attributes to a controller is kept apart (controller "un
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from dltune.probes.hostfs import HostFS
+from dltune.records import record
 from dltune.snapshot import UNATTRIBUTED_MEMORY as UNATTRIBUTED
 from dltune.snapshot import MemoryController, MemoryErrors
 from dltune.text import decimal
@@ -40,7 +40,7 @@ _FATAL = re.compile(r"Fatal machine check|Uncorrected hardware memory error|Fata
 MCA_STATUS_UC = 1 << 61
 
 
-@dataclass
+@record
 class _Counts:
     corrected: int = 0
     uncorrected: int = 0

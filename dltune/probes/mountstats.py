@@ -10,9 +10,9 @@ FreeBSD server's multi-line ``impl_id``); lines before the first block are count
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from dltune.probes.mounts import unescape
+from dltune.records import record
 from dltune.snapshot import NfsMountStats, Transport
 from dltune.text import decimal
 
@@ -22,7 +22,7 @@ _DEVICE = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Mountstats:
     nfs: tuple[NfsMountStats, ...]
     other_mounts: int

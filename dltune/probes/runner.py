@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from dltune.files import safeio
 from dltune.model import InputError
 from dltune.probes.watchdog import run_child
+from dltune.records import record
 from dltune.schema import of, optional, validate
 
 # A fixture tree for `dltune audit --root` keeps the outputs of the commands probes run here.
@@ -29,7 +29,7 @@ RECORDINGS_SCHEMA = of(
 MAX_RECORDINGS_BYTES = 64 << 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CommandResult:
     argv: tuple[str, ...]
     returncode: int

@@ -15,10 +15,10 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dltune.records import field, record
 from dltune.text import decimal
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ CHILD_MARKER = "--dltune-probe-child"
 STATFS_FORMAT = "%S %b %a %c %d"
 
 
-@dataclass
+@record
 class Deadline:
     """The audit's whole budget; probes ask what is left and report what they could not finish."""
 
@@ -53,7 +53,7 @@ class Deadline:
         return left is not None and left <= 0.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ChildResult:
     returncode: int | None  # None: killed at the deadline
     stdout: str

@@ -12,10 +12,10 @@ import os
 import stat
 import tarfile
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from dltune.records import field, record
 from dltune.staging.compat import UnsupportedPython, require_tar_data_filter
 from dltune.staging.copy import Progress, filled_up, is_complete, replacement, sha256_file, write_all
 from dltune.staging.model import UNLIMITED, Entry, StageError, Throttle
@@ -111,7 +111,7 @@ def last_of_each(entries: list[Entry]) -> list[Entry]:
     return list(last.values())
 
 
-@dataclass
+@record
 class ArchiveRead:
     entries: list[Entry] = field(default_factory=list)
     copied: int = 0

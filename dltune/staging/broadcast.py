@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tarfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from dltune.files.dirfd import (
     opened_dir_checked,
 )
 from dltune.model import human_size
+from dltune.records import field, record
 from dltune.staging.copy import sha256_file
 from dltune.staging.destination import Destination, check_name
 from dltune.staging.model import ARCHIVE_SUFFIXES, Entry, StageError, Summary, is_archive, staged_name
@@ -74,7 +74,7 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 Say = Callable[[str], None]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Options:
     """What every node's stage is asked for, as on the command line."""
 
@@ -103,7 +103,7 @@ class Options:
         return args + (["--bwlimit", str(self.bwlimit)] if self.bwlimit else [])
 
 
-@dataclass
+@record
 class NodeOutcome:
     node: str
     ok: bool
@@ -116,7 +116,7 @@ class NodeOutcome:
         return NODE_LINE + json.dumps(self.__dict__, sort_keys=True)
 
 
-@dataclass
+@record
 class Broadcast:
     path: Path
     nodes: list[NodeOutcome] = field(default_factory=list)
@@ -360,7 +360,7 @@ def _step(run: Run, count: int, node_argv: list[str], expected: list[str]) -> li
 # --- the command ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Payload:
     """What sbcast sends: the first node's pack of a directory, or the archive or file itself."""
 

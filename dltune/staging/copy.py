@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -12,7 +11,6 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from dltune.files.dirfd import (
@@ -23,6 +21,7 @@ from dltune.files.dirfd import (
     opened_dir,
     walk_below,
 )
+from dltune.records import record, replace
 from dltune.staging.model import UNLIMITED, Entry, StageError, Throttle
 
 COPY_TRIES = 3
@@ -108,7 +107,7 @@ def write_all(target: int, data: bytes) -> None:
         view = view[os.write(target, view) :]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Copier:
     """How file content moves: --bwlimit's throttle, and the threads that copy a large file's
     chunks at once (None: one stream per file)."""
@@ -386,7 +385,7 @@ def stage_tree(
 
     # A throttle of this copy's own: halting it (below) must not stop every later copy of the process.
     throttle = Throttle(None) if copier.throttle is UNLIMITED else copier.throttle
-    copier = dataclasses.replace(copier, fresh=fresh, throttle=throttle)
+    copier = replace(copier, fresh=fresh, throttle=throttle)
     # Large files first: they dominate the tail of a parallel copy. Small ones in inode order: on a
     # cold local disk that is close to the order of their blocks, so reads stream instead of seek.
     todo.sort(key=lambda e: (-e.size, 0) if e.size >= SMALL_FILE else (0, e.inode))

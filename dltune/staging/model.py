@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from dltune.model import counted, human_size
+from dltune.records import field, record
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tgz", ".tar")
 
@@ -17,7 +17,7 @@ class StageError(Exception):
     """Staging refused or failed; the message says why and what to do."""
 
 
-@dataclass
+@record
 class Entry:
     relative: str
     kind: str  # "file", "dir", "link"
@@ -32,7 +32,7 @@ class Entry:
 ALREADY_STAGED = "already staged"
 
 
-@dataclass
+@record
 class Summary:
     path: Path
     files: int = 0

@@ -6,20 +6,20 @@ statfs asks the destination itself."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from dltune.probes.hostfs import HostFS
 from dltune.probes.jobenv import fstype_at
 from dltune.probes.mounts import parse_mountinfo
 from dltune.probes.storage import meminfo_kb
+from dltune.records import record
 
 # Filesystems in memory: staging into one costs RAM, so its preflight counts MemAvailable too.
 TMPFS_TYPES = ("tmpfs", "ramfs")
 HOST = HostFS()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Space:
     """What `dltune stage`'s preflight counts against."""
 

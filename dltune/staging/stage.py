@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import stat
 import time
 import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from dltune.files.dirfd import (
     open_own_dir,
     opened_dir,
 )
+from dltune.records import record, replace
 from dltune.staging.archive import require_data_filter, stage_archive, verify_against_archive
 from dltune.staging.copy import (
     CHUNK_THREADS,
@@ -211,7 +210,7 @@ def _verify_staged(
         verify_against_archive(src, dest, checksum)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Options:
     workers: int
     verify: bool
@@ -300,7 +299,7 @@ def _stage_kind(
     try:
         # Inside the partial copy, paths go through its descriptor: another user who can write to
         # DIR cannot swap the partial copy's name for a link while the workers write below it.
-        job = dataclasses.replace(job, partial=Path(fd_path(partial_fd)), dest=Path(place.shown(place.name)))
+        job = replace(job, partial=Path(fd_path(partial_fd)), dest=Path(place.shown(place.name)))
         try:
             summary = (
                 _stage_archive_into(job, fresh)
@@ -319,7 +318,7 @@ def _stage_kind(
     return summary
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Job:
     """One stage's source, final and partial paths, with the command's options and its copier."""
 

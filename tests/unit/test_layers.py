@@ -58,11 +58,11 @@ LAYERS = (
     ("costs/",),
     ("schema.py",),
     ("model.py",),
-    ("text.py", "__init__.py"),
+    ("text.py", "records.py", "__init__.py"),
 )
 # What dltune/ holds at its top: the entry points, the contracts and the packages, nothing else.
 TOP_LEVEL_MODULES = {"__init__.py", "__main__.py", "cli.py", "model.py", "schema.py", "snapshot.py",
-                     "health_state.py", "text.py"}  # fmt: skip
+                     "health_state.py", "text.py", "records.py"}  # fmt: skip
 
 
 def unit_of(module: str) -> str:
