@@ -4,7 +4,9 @@ The audit must answer in seconds on any node; most of its cost is Python's start
 Baseline: `python -c pass` with the same interpreter. Reports medians of N runs each, interleaved
 so that machine noise hits both alike. Goal (issue 46): `dltune audit` within 5x the baseline, and
 `dltune healthcheck` (the audit, its history and Slurm's state, every few minutes on every node)
-close to it.
+close to it. Two floors beside them: the standard library modules the audit loads, imported alone
+(through the CLI; and those its judging alone loads): the share of the ratio that no code of dltune's
+can remove (docs/development.md has the figures).
 
 Two installations, each against its own interpreter's `python -c pass`:
 - **node**: what the dltune role installs: this tree's wheel and its dependencies from the wheelhouse
@@ -66,6 +68,45 @@ AUDIT = [*DLTUNE, *AUDIT_ARGS]
 BASELINE = "baseline: python -c pass"
 REPO = Path(__file__).resolve().parent.parent
 WHEELHOUSE = REPO / "build/wheelhouse"
+
+
+STDLIB_FLOOR = "floor: the stdlib modules the audit loads"
+STDLIB_FLOOR_NO_CLI = "floor: ... its judging alone loads (no CLI)"
+# Run in the node's interpreter: the audit in-process, then the standard library modules it loaded.
+_LOADED_STDLIB = """
+import json, sys
+if sys.argv[1] == "cli":
+    sys.argv = ["dltune", "audit", "--format", "json"]
+    from dltune.cli import run
+    run()
+else:  # what `dltune audit` runs (commands/node.audit_results), without the CLI's modules around it
+    from datetime import datetime, timezone
+    from dltune.probes.nvml import nvml_in_background
+    from dltune.probes.watchdog import Deadline
+    deadline = Deadline(30)
+    nvml = nvml_in_background(10.0, deadline)
+    from dltune.checks import run_checks
+    from dltune.costs.impact import Node, price
+    from dltune.outputs.report import render_json
+    from dltune.probes import collect_snapshot
+    snapshot = collect_snapshot("/", deadline=deadline, nvml_future=nvml)
+    results = price(run_checks(snapshot, None), Node(gpus=len(snapshot.nvml.gpus)))
+    sys.stdout.write(render_json(results, "host", datetime.now(timezone.utc)))
+names = sorted(n for n in list(sys.modules) if n.split(".")[0] in sys.stdlib_module_names)
+sys.stderr.write(json.dumps(names))
+"""
+
+
+def stdlib_floor(python: str, env: dict[str, str], how: str) -> list[str]:
+    """``python -c "import ..."`` of every standard library module the audit loads (``how``: ``cli``,
+    as `dltune audit` runs; ``judging``, its probes, checks and JSON alone): what any Python program
+    that imports those pays before doing anything. Its ratio is the part of the audit's that Python's
+    own library costs, whatever dltune's code does (issue 46's 5x goal meets this floor here)."""
+    done = subprocess.run(
+        [python, "-c", _LOADED_STDLIB, how], capture_output=True, text=True, env=env, check=True
+    )
+    modules = json.loads(done.stderr.strip().splitlines()[-1])
+    return [python, "-c", "import " + ", ".join(modules)]
 
 
 def node_venv(tmp: Path) -> Path:
@@ -276,6 +317,9 @@ def main() -> None:
                 ],
             }
         env = bytecode_env(str(Path(tmp) / "pyc"))
+        for install, (python, _dltune) in installs.items():
+            cases[install][STDLIB_FLOOR] = stdlib_floor(str(python), env, "cli")
+            cases[install][STDLIB_FLOOR_NO_CLI] = stdlib_floor(str(python), env, "judging")
         for table in cases.values():
             for argv in table.values():
                 timed(argv, env)  # the warm-up writes the bytecode

@@ -32,7 +32,6 @@ from dltune.probes.nvme import data_devices, read_nvme_health
 from dltune.probes.nvml import NVML_TIMEOUT_S, nvml_in_background
 from dltune.probes.packages import read_driver_packages, read_kernel_log
 from dltune.probes.runner import CommandRunner, RecordedRunner, SubprocessRunner
-from dltune.probes.slurm_conf_model import ConfError
 from dltune.probes.storage import data_mount_points, meminfo_kb, resolve_uuids, space_of
 from dltune.probes.watchdog import Deadline
 from dltune.snapshot import (
@@ -232,6 +231,8 @@ def _responsive(mounts: Iterable[Mount], timeout: float, deadline: Deadline) -> 
 
 
 def _read_bytes(fs: HostFS, host_path: str) -> bytes:
+    from dltune.probes.slurm_conf_model import ConfError  # loaded by parse_slurm_conf already
+
     try:
         with open(fs.path(host_path), "rb") as handle:
             return handle.read()

@@ -10,8 +10,6 @@ from typing import Any
 
 from dltune.probes.hostfs import HostFS
 from dltune.probes.runner import CommandRunner
-from dltune.probes.slurm_conf_model import ConfError
-from dltune.probes.slurm_conf_model import load as load_slurm_conf
 from dltune.probes.watchdog import Deadline, statfs_many
 from dltune.snapshot import Mount, PathInfo, SlurmJobs, StatFs
 
@@ -33,11 +31,18 @@ def parse_slurm_conf(
     """Lower-cased key -> the value Slurm uses (the last one read), read as Slurm reads the file:
     comments, continuations, escapes, quotes, several pairs on a line, Includes through ``read``
     (slurm_conf_model: the file the collection's modules edit with). Without ``read`` a key set only in
-    an included file reads as unset, which the audit reports as the hook not applied."""
+    an included file reads as unset, which the audit reports as the hook not applied.
+    The model is imported here, not at the top: only nodes whose manifest names a slurm.conf load it
+    (its dataclasses cost each audit 10 ms; it is shared with the collection's module_utils, which
+    cannot use dltune's records)."""
+    from dltune.probes.slurm_conf_model import load as load_slurm_conf
+
     return load_slurm_conf(path, text.encode("utf-8", "surrogateescape"), read=read or _unread).values()
 
 
 def _unread(path: str) -> bytes:
+    from dltune.probes.slurm_conf_model import ConfError
+
     raise ConfError(f"{path}: not read by the audit")
 
 
