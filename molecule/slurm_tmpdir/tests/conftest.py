@@ -18,9 +18,18 @@ from tests.molecule_support import (  # noqa: E402, F401
     pytest_runtest_logreport,
     pytest_sessionfinish,
     run_playbook,
+    run_playbook_per_case,
 )
 
-__all__ = ["SCENARIO", "audit_as_user", "run_playbook", "submit", "wait_gone", "write_as"]
+__all__ = [
+    "SCENARIO",
+    "audit_as_user",
+    "run_playbook",
+    "run_playbook_per_case",
+    "submit",
+    "wait_gone",
+    "write_as",
+]
 
 BASE = "/localscratch"
 # --export=NONE: the job gets nothing from the submitting shell, so what it sees came from Slurm's hooks.
