@@ -53,6 +53,8 @@ for case in parse/*/; do
 done
 mkdir -p /tmp/state /run/munge && chown munge /run/munge
 runuser -u munge -- munged --force
+# The nodes resolve: slurmctld tries a name 5 times a second apart, 10 s a start for n1 and n2.
+echo "127.0.0.1 n1 n2" >> /etc/hosts
 for case in daemon/*/; do
   sed "s/@HOST@/$(hostname)/" "$case/written.conf" > "$case/slurm.conf"
   rm -f /tmp/slurmctld.pid
