@@ -48,15 +48,6 @@ def run_install_block(home: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def admin_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The admin's HOME after the README's Install block, run once for this module's tests."""
-    home = tmp_path_factory.mktemp("admin")
-    installed = run_install_block(home)
-    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
-    return home
-
-
 def built_at_run_time(playbook: str, warning: str) -> bool:
     """A play on a group the playbook itself fills as it runs (add_host, group_by): --list-hosts
     cannot know its hosts and says so."""

@@ -24,7 +24,7 @@ import yaml
 from dltune.fleet.slurm_health import parse_node
 from tests.conftest import REPO_ROOT
 from tests.integration.test_prometheus_live import alerts_and_panels, assert_fires_for_only, needed
-from tests.integration.test_readme_commands import admin_env, run_install_block
+from tests.integration.test_readme_commands import admin_env
 
 pytestmark = [pytest.mark.lab, pytest.mark.release]  # its admin runs the Install block
 NODES = ("dltune-lab-node1", "dltune-lab-node2", "dltune-lab-node3")
@@ -93,17 +93,14 @@ def audit_as_nobody(node: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def installed_collection(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def installed_collection(admin_home: Path) -> dict[str, str]:
     """The environment of an admin's controller, made by the README's Install section run verbatim
-    (test_readme_commands.run_install_block): `make release`, dltune.cluster and its two dependency
-    collections installed offline into ~/.ansible/collections of a HOME of the test's own, the
+    (tests/integration/conftest.admin_home, the README's tests' own): `make release`, dltune.cluster
+    and its two dependency collections installed offline into ~/.ansible/collections, the
     controller's dltune in ~/dltune-venv, the example ansible.cfg in ~/dltune-site (the cwd). No
     checkout's ansible.cfg, roles path or collections/ link, no DLTUNE_WHEELHOUSE. The lab inventory
     brings its connection settings (docker)."""
-    home = tmp_path_factory.mktemp("admin")
-    installed = run_install_block(home)
-    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
-    return admin_env(home) | {"ADMIN_SITE": str(home / "dltune-site")}
+    return admin_env(admin_home) | {"ADMIN_SITE": str(admin_home / "dltune-site")}
 
 
 def admin_playbook(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
