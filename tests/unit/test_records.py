@@ -64,6 +64,7 @@ def test_a_record_behaves_as_the_same_dataclass(frozen: bool) -> None:
         lambda cls: cls("a").tags is not cls("a").tags,  # a factory per instance
         lambda cls: cls("a").tags,
         lambda cls: cls.size,  # a plain default stays a class attribute
+        lambda cls: cls.hidden,  # and so does field(default=...)'s, not the field
         lambda cls: hasattr(cls, "tags"),  # a factory's does not
         lambda cls: cls(),
         lambda cls: cls("a", 1, [], None, "h", "extra"),
