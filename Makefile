@@ -69,9 +69,10 @@ unit: venv
 
 # The oldest Python the project admits (3.10: Ubuntu 22.04's) runs the unit tests of the code that
 # depends on the interpreter's version (staging: tarfile's data filter, descriptor-relative os calls;
-# bounded JSON and inputs, the CLI's error boundary), in a venv of its own (about 2 minutes).
+# bounded JSON and inputs, the CLI's error boundary, records against 3.10's dataclasses), in a venv of
+# its own (about 2 minutes).
 PY310 ?= $(firstword $(wildcard /root/.pyenv/versions/3.10.*/bin/python3.10) $(shell command -v python3.10))
-PY310_TESTS := test_stage test_stage_hostile test_stage_broadcast test_hostile_inputs test_cli
+PY310_TESTS := test_stage test_stage_hostile test_stage_broadcast test_hostile_inputs test_cli test_records
 py310:
 	@if [ -z "$(PY310)" ]; then echo "py310: no Python 3.10 on this machine (pyenv or python3.10): tier skipped"; exit 0; fi; \
 	set -e; $(PY310) -m venv build/py310; \

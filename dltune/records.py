@@ -16,8 +16,13 @@ unknown argument), ``__repr__``, ``__eq__`` (the same class, its compared fields
 unhashable), frozen instances (``dataclasses.FrozenInstanceError`` on assignment or deletion),
 ``__match_args__``, and ``dataclasses.fields``, ``replace``, ``asdict`` and ``is_dataclass``, through a
 ``__dataclass_fields__`` built when something first reads it (that imports ``dataclasses``, which
-the audit itself never needs). What dltune does not use is refused where it is declared, never
-silently different: ``ClassVar`` and ``InitVar`` fields, ``__post_init__``, a mutable default.
+the audit itself never needs), ``copy.replace`` (3.13+), and ``replace`` here, which mypy checks as
+``dataclasses.replace``. What dataclasses refuse is refused alike (a mutable record inheriting a
+frozen one or the reverse, a ``field()`` without an annotation, a frozen record's own
+``__setattr__``, an unhashable default), and what dltune does not use is refused where it is
+declared, never silently different: ``ClassVar`` and ``InitVar`` fields, ``__post_init__``. One
+difference is left: before a class's first instance, ``inspect.signature`` of it reads
+``(*args, **kwargs)`` (nothing in dltune asks).
 """
 
 from __future__ import annotations
@@ -46,7 +51,6 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
-_MUTABLE_DEFAULTS = (list, dict, set)
 _UNSUPPORTED_ANNOTATIONS = ("ClassVar", "typing.ClassVar", "InitVar", "dataclasses.InitVar")
 
 
@@ -108,19 +112,31 @@ def record(cls: Any = None, /, *, frozen: bool = False) -> Any:
 
 def _build(cls: Any, frozen: bool) -> Any:
     where = f"record {cls.__module__}.{cls.__qualname__}"
-    if "__post_init__" in cls.__dict__:
+    own = cls.__dict__
+    if "__post_init__" in own:
         raise TypeError(f"{where}: __post_init__ is not supported (use a function that builds it)")
     fields: dict[str, Field] = {}
-    for base in reversed(cls.__mro__[1:]):
-        for inherited in base.__dict__.get("__record_fields__", ()):
+    bases = [base for base in cls.__mro__[-1:0:-1] if "__record_fields__" in base.__dict__]
+    for base in bases:
+        for inherited in base.__record_fields__:
             fields[inherited.name] = inherited
-    # The class's own annotations, as dataclasses read them (inspect.get_annotations would import inspect).
-    for name, annotation in cls.__dict__.get("__annotations__", {}).items():  # noqa: RUF063
+    if bases and any(base.__record_frozen__ for base in bases) != frozen:
+        # As dataclasses refuse it: instances of one would be half frozen.
+        raise TypeError(f"{where}: cannot inherit a {'mutable' if frozen else 'frozen'} record")
+    # The class's own annotations (Python 3.10+ gives a class without any an empty dict, never a
+    # base's); strings, under `from __future__ import annotations`.
+    annotations = cls.__annotations__
+    for name, value in own.items():
+        if isinstance(value, Field) and name not in annotations:
+            raise TypeError(f"{where}: {name!r} is a field but has no type annotation")
+    for name, annotation in annotations.items():
         if str(annotation).startswith(_UNSUPPORTED_ANNOTATIONS):
             raise TypeError(f"{where}: field {name!r}: {annotation} is not supported")
-        declared = cls.__dict__.get(name, MISSING)
+        declared = own.get(name, MISSING)
         spec = declared if isinstance(declared, Field) else Field(default=declared)
-        if isinstance(spec.default, _MUTABLE_DEFAULTS):
+        # dataclasses' rule (3.11+): a default shared by every instance must not be mutable, which an
+        # unhashable one may be.
+        if spec.default is not MISSING and type(spec.default).__hash__ is None:
             raise ValueError(
                 f"{where}: mutable default {type(spec.default)} for field {name} is not allowed: "
                 "use default_factory"
@@ -130,7 +146,7 @@ def _build(cls: Any, frozen: bool) -> Any:
         # As dataclasses leave it: the class attribute is a plain default, and nothing for a factory.
         if spec.default is not MISSING:
             setattr(cls, name, spec.default)
-        elif name in cls.__dict__:
+        elif name in own:
             delattr(cls, name)
     defaulted = None
     for spec in fields.values():
@@ -138,25 +154,34 @@ def _build(cls: Any, frozen: bool) -> Any:
             defaulted = spec.name
         elif defaulted is not None:
             raise TypeError(f"{where}: non-default argument {spec.name!r} follows default argument")
+    if frozen:
+        for method in ("__setattr__", "__delattr__"):
+            if method in own:
+                raise TypeError(f"{where}: a frozen record cannot have its own {method}")
     compared = tuple(spec.name for spec in fields.values() if spec.compare)
     cls.__record_fields__ = tuple(fields.values())
     cls.__record_frozen__ = frozen
     cls.__record_key__ = _key_of(compared)
-    own = cls.__dict__
+    # dataclasses' rule for eq=True: a __hash__ of the class's own stays (a body defining __eq__ gets
+    # __hash__ = None from Python, which is not its own); else frozen hashes its compared fields and
+    # mutable is unhashable. Decided before __eq__ is set below (``own`` is the class's live dict).
+    class_hash = own.get("__hash__", MISSING)
+    own_hash = not (class_hash is MISSING or (class_hash is None and "__eq__" in own))
     if "__init__" not in own:
         cls.__init__ = _first_init(cls)
     if "__repr__" not in own:
         cls.__repr__ = _repr
     if "__eq__" not in own:
         cls.__eq__ = _eq
-    if "__hash__" not in own or own["__hash__"] is None:
-        # dataclasses' rule for eq=True: frozen is hashable by its compared fields, mutable is not.
+    if not own_hash:
         cls.__hash__ = _hash if frozen else None
     if frozen:
         cls.__setattr__ = _frozen_setattr
         cls.__delattr__ = _frozen_delattr
     if "__match_args__" not in own:
         setattr(cls, "__match_args__", tuple(fields))  # noqa: B010 - mypy refuses the plain assignment
+    if "__replace__" not in own:
+        cls.__replace__ = replace  # copy.replace (Python 3.13+), as dataclasses give it
     cls.__dataclass_fields__ = _DataclassFields()
     return cls
 
@@ -265,8 +290,14 @@ class _DataclassFields:
         return made
 
 
-def replace(instance: T, /, **changes: Any) -> T:
-    """A copy of a record with ``changes`` (dataclasses.replace, without importing dataclasses)."""
-    values = {spec.name: getattr(instance, spec.name) for spec in type(instance).__record_fields__}  # type: ignore[attr-defined]
-    values.update(changes)
-    return type(instance)(**values)
+if TYPE_CHECKING:
+    # mypy checks a replace() call's names and types for dataclasses.replace only (its plugin): the
+    # records' one is that to it.
+    from dataclasses import replace as replace
+else:
+
+    def replace(instance, /, **changes):
+        """A copy of a record with ``changes`` (dataclasses.replace, without importing dataclasses)."""
+        values = {spec.name: getattr(instance, spec.name) for spec in type(instance).__record_fields__}
+        values.update(changes)
+        return type(instance)(**values)

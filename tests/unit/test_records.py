@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import inspect
 import pickle
+import sys
 from typing import Any, ClassVar
 
 import pytest
@@ -137,6 +138,62 @@ def test_what_a_record_does_not_support_is_refused_where_it_is_declared() -> Non
 
     with pytest.raises(ValueError, match="cannot specify both default and default_factory"):
         field(default=1, default_factory=int)
+
+
+def test_declarations_dataclasses_refuse_are_refused_too() -> None:
+    @record(frozen=True)
+    class Frozen:
+        name: str
+
+    with pytest.raises(TypeError, match="cannot inherit a frozen record"):
+
+        @record
+        class Thawed(Frozen):
+            size: int = 0
+
+    with pytest.raises(TypeError, match="'size' is a field but has no type annotation"):
+
+        @record
+        class Unannotated:
+            size = field(default=0)
+
+    with pytest.raises(TypeError, match="a frozen record cannot have its own __setattr__"):
+
+        @record(frozen=True)
+        class OwnSetattr:
+            size: int
+
+            def __setattr__(self, name: str, value: Any) -> None:
+                pass
+
+    @record
+    class Mutable:
+        size: int = 0
+
+    # Unhashable, so maybe mutable: shared by every instance (dataclasses refuse it since 3.11).
+    with pytest.raises(ValueError, match=r"mutable default .*Mutable.* for field inner"):
+
+        @record
+        class Holder:
+            inner: Mutable = Mutable()
+
+
+def test_a_hash_of_the_class_own_is_kept_as_dataclasses_keep_it() -> None:
+    for decorate in (dataclasses.dataclass(frozen=True), record(frozen=True)):
+
+        class Unhashable:
+            size: int
+            __hash__ = None  # type: ignore[assignment]
+
+        made = decorate(Unhashable)
+        with pytest.raises(TypeError, match="unhashable"):
+            hash(made(1))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 13), reason="copy.replace is Python 3.13's")
+def test_copy_replace_works_on_a_record() -> None:
+    Rec = declare(RECORD, True)
+    assert copy.replace(Rec("a", 2), size=3) == Rec("a", 3)  # type: ignore[attr-defined]
 
 
 def test_an_inherited_records_fields_come_first_and_its_init_is_its_own() -> None:
