@@ -110,6 +110,7 @@ def record(cls: Any = None, /, *, frozen: bool = False) -> Any:
     return build if cls is None else build(cls)
 
 
+# long: dataclasses' _process_class in the same order (fields, their checks, the methods), in one place
 def _build(cls: Any, frozen: bool) -> Any:
     where = f"record {cls.__module__}.{cls.__qualname__}"
     own = cls.__dict__
