@@ -47,6 +47,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 COLLECTIONS_ROOT = REPO_ROOT / "collections"
+# `dltune bench`'s smallest sizes that still train: for tests that prove a path (the bench ran, its
+# sections carry numbers, it reached the report), not a figure. A CPU bench at --quick takes about
+# 60 s on 2 cores, about 22 s with these.
+SMALLEST_BENCH_SIZES = ("--steps", "2", "--batch", "2", "--image-size", "32")
 
 
 @pytest.fixture

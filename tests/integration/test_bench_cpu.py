@@ -21,6 +21,7 @@ from dltune.bench import judge, measure  # noqa: E402
 from dltune.bench.run import _dataset_dir, _sample_images, data_parallel, start_data_parallel  # noqa: E402
 from dltune.bench.specs import Spec  # noqa: E402
 from dltune.model import Status  # noqa: E402
+from tests.conftest import SMALLEST_BENCH_SIZES  # noqa: E402
 
 
 def test_a_gpu_below_its_spec_is_judged_so() -> None:
@@ -167,11 +168,11 @@ def test_cli_quick_json_has_every_section(tmp_path: Path) -> None:
     with tarfile.open(archive, "w") as tar:
         tar.add(folder, arcname="flowers")
     done = subprocess.run(
-        # Every section, at the smallest sizes that still train: the sections' numbers are what is
-        # judged here, not their size (88 -> 35 s on 2 cores).
+        # Every section, at the smallest sizes: the sections' numbers are what is judged here, not
+        # their size (88 -> 35 s on 2 cores).
         [
             *(sys.executable, "-m", "dltune.cli", "bench", "--quick", "--format", "json"),
-            *("--data", str(archive), "--steps", "2", "--batch", "2", "--image-size", "32"),
+            *("--data", str(archive), *SMALLEST_BENCH_SIZES),
         ],
         capture_output=True,
         text=True,

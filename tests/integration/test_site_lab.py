@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from dltune.fleet.slurm_health import parse_node
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, SMALLEST_BENCH_SIZES
 from tests.integration.test_prometheus_live import alerts_and_panels, assert_fires_for_only, needed
 from tests.integration.test_readme_commands import admin_env
 
@@ -175,10 +175,9 @@ def test_the_admins_path_benches_and_reports_every_node_with_the_roles_pytorch(
     env, report_dir = installed_collection, tmp_path / "report"
     report = ["-e", f"dltune_report_dir={report_dir}",
               "-e", f"dltune_report_executable={env['HOME']}/dltune-venv/bin/dltune"]  # fmt: skip
-    # The smallest sizes that still train: what is proved is the path (each node's bench ran with the
-    # role's PyTorch and reached the report), not a figure; 22 s a node instead of 60 on 2 cores.
+    # What is proved is the path (each node's bench ran with the role's PyTorch and reached the report).
     quick = ["--quick", "--device", "cpu", "--no-dataloader-sweep", "--no-determinism", "--no-data-parallel",
-             "--steps", "2", "--batch", "2", "--image-size", "32"]  # fmt: skip
+             *SMALLEST_BENCH_SIZES]  # fmt: skip
     inventory = ["-i", str(REPO_ROOT / "inventory")]
     bench_vars = {"dltune_bench_args": quick, "dltune_bench_multinode": True,
                   "dltune_bench_multinode_args": ["--device", "cpu"]}  # fmt: skip
