@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +135,7 @@ def run_playbook(
         check=False,
         env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"},
     )
-    run = _host_run(json.loads(done.stdout), name)
-    return PlaybookRun(done.returncode, run.failures, run.changed, run.results)
+    return replace(_host_run(json.loads(done.stdout), name), rc=done.returncode)
 
 
 def run_playbook_per_case(
