@@ -946,7 +946,8 @@ def test_the_health_loop_debounces_recovers_acknowledges_and_keeps_each_groups_p
         assert (series(textfile, "dltune_health_drained_seconds_total") or 0.0) >= 30.0, textfile
 
         # Acknowledgement until 60 s from now (the node's clock): no drain while it lasts, then a drain.
-        until = datetime.now(timezone.utc) + timedelta(seconds=60)
+        # Whole seconds: the playbook is given the time to the second, and the ack ends at that second.
+        until = (datetime.now(timezone.utc) + timedelta(seconds=60)).replace(microsecond=0)
         acked = ansible_playbook(
             "playbooks/ack.yml", "-i", "inventory", "-l", third,
             "-e", json.dumps({"dltune_ack_check": "gpu.ecc", "dltune_ack_why": "RMA 4711 pending",
