@@ -2,10 +2,13 @@
 # `make pytest`: the unit, fuzz, integration and PyTorch tiers, one after another; every tier runs,
 # any failure fails.
 #
-# Nothing runs beside anything here: on two cores every tier is CPU-bound, and the lab's timing tests
-# (the tuning ledger, the data-parallel bench) need the machine to themselves. The integration tests
-# that need no lab node (neither `lab` nor `release`) run before the lab's own, which share its nodes
-# and the host's loop devices. The NFS VM tiers (QEMU under TCG, `slow`) are in `make test-slow`.
+# No tier runs beside another: the lab's timing tests (the tuning ledger, the data-parallel bench) need
+# the machine to themselves. The integration tests that need no lab node (neither `lab` nor `release`)
+# run before the lab's own, which share its nodes and the host's loop devices; they run two at a time,
+# a file to a worker (each waits on its ansible-playbook, Prometheus or Chromium children: 405 s one
+# at a time in CI, about 250 s so), and none of them writes what another reads (each has its own
+# inventory, venv or clone in tmp_path; the one `make wheelhouse` is test_collection_build's, which
+# nothing else in the tier reads). The NFS VM tiers (QEMU under TCG, `slow`) are in `make test-slow`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -14,7 +17,8 @@ export DLTUNE_LAB_REQUIRED=1  # a missing lab or browser fails, never skips
 pytest tests/unit -m "not fuzz" -n 2 --durations=10 || status=1
 # The fuzz tier once, tests.fuzzing.FUZZ_EXAMPLES examples each.
 pytest -m fuzz -n 2 --durations=5 || status=1
-pytest tests/integration -m "not lab and not release and not slow and not fuzz" --durations=10 || status=1
+pytest tests/integration -m "not lab and not release and not slow and not fuzz" -n 2 --dist loadfile \
+  --durations=10 || status=1
 pytest tests/integration -m "(lab or release) and not slow and not fuzz" --durations=40 || status=1
 # PyTorch in a process of its own: ansible (imported by the lab tests) patches sys.intern, which
 # torch's dynamo refuses at import.

@@ -3,7 +3,11 @@
 # 22.04's 3.10 to 24.04's 3.12), so lab containers and real nodes install dltune offline.
 source "$(dirname "$0")/lib.sh"
 PY="${PYTHON:-$( [ -x "$REPO_ROOT/.venv/bin/python" ] && echo "$REPO_ROOT/.venv/bin/python" || echo python3)}"
-mkdir -p "$WHEELHOUSE"
+mkdir -p "$WHEELHOUSE" "$REPO_ROOT/build"
+# One build at a time from this tree: setuptools builds in place (build/lib, dltune.egg-info), so two
+# runs at once (two makes, or the two tests that run this script beside each other) would mix files.
+exec 8>"$REPO_ROOT/build/.wheelhouse.lock"
+flock 8
 rm -f "$WHEELHOUSE"/*.whl   # no stale versions beside the ones pyproject.toml asks for
 "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$WHEELHOUSE" "$REPO_ROOT"
 # The runtime dependencies as pyproject.toml lists them (a line per quoted requirement, without tomllib:
