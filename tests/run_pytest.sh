@@ -5,10 +5,11 @@
 # No tier runs beside another: the lab's timing tests (the tuning ledger, the data-parallel bench) need
 # the machine to themselves. The integration tests that need no lab node (neither `lab` nor `release`)
 # run before the lab's own, which share its nodes and the host's loop devices; they run two at a time,
-# a file to a worker (each waits on its ansible-playbook, Prometheus or Chromium children: 405 s one
-# at a time in CI, about 250 s so), and none of them writes what another reads (each has its own
-# inventory, venv or clone in tmp_path; the one `make wheelhouse` is test_collection_build's, which
-# nothing else in the tier reads). The NFS VM tiers (QEMU under TCG, `slow`) are in `make test-slow`.
+# a file to a worker (each waits on its ansible-playbook, Prometheus or Chromium children: 363-405 s
+# one at a time in CI, 200-250 s so). None writes what another reads: each has its own inventory, venv
+# or clone in tmp_path, and the two that build dltune's wheel from this tree in place (test_install,
+# test_collection_build) take turns on tests/lab/wheelhouse.sh's lock. The NFS VM tiers (QEMU under
+# TCG, `slow`) are in `make test-slow`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
